@@ -1,0 +1,27 @@
+"""Datasets and loaders: the built-in digits task, CIFAR and image folders via timm."""
+
+from __future__ import annotations
+
+from vitprune.data.datasets import DEFAULT_DATA_ROOT, NAMED_DATASETS, SPLITS, build_dataset, build_loader
+from vitprune.data.digits import (
+    DIGITS_INPUT_SIZE,
+    DIGITS_MEAN,
+    DIGITS_NUM_CLASSES,
+    DIGITS_STD,
+    DigitsDataset,
+    load_digits_split,
+)
+
+__all__ = [
+    "DEFAULT_DATA_ROOT",
+    "DIGITS_INPUT_SIZE",
+    "DIGITS_MEAN",
+    "DIGITS_NUM_CLASSES",
+    "DIGITS_STD",
+    "NAMED_DATASETS",
+    "SPLITS",
+    "DigitsDataset",
+    "build_dataset",
+    "build_loader",
+    "load_digits_split",
+]

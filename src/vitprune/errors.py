@@ -1,0 +1,22 @@
+"""User-facing errors.
+
+A :class:`VitpruneError` is a mistake the user can fix (unknown model, bad path, corrupt weights,
+unsupported architecture). The CLI prints its message as one line and exits non-zero, without a
+traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class VitpruneError(Exception):
+    """A problem with the user's input, reported as one clear line."""
+
+    exit_code: int = 2
+
+
+class UnsupportedArchitectureError(VitpruneError):
+    """The model contains a structure vitprune cannot represent faithfully."""
+
+
+class RecipeError(VitpruneError):
+    """A saved model's recipe or weights are missing, corrupt or inconsistent."""

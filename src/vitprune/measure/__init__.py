@@ -1,0 +1,22 @@
+"""Measurement: MACs and parameters of the model as it is, and honest wall-clock speed."""
+
+from vitprune.measure.context import Context, collect_context, device_name
+from vitprune.measure.macs import CONVENTIONS, BlockMacs, MacReport, count_macs, format_count, resolve_input_size
+from vitprune.measure.speed import Comparison, SpeedResult, Spread, compare_speed, measure_speed
+
+__all__ = [
+    "CONVENTIONS",
+    "BlockMacs",
+    "Comparison",
+    "Context",
+    "MacReport",
+    "SpeedResult",
+    "Spread",
+    "collect_context",
+    "compare_speed",
+    "count_macs",
+    "device_name",
+    "format_count",
+    "measure_speed",
+    "resolve_input_size",
+]

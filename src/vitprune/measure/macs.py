@@ -1,0 +1,235 @@
+"""Multiply-accumulate and parameter counts, measured on a real forward pass.
+
+One dummy forward with hooks records what each layer actually receives, so the count follows the
+model as it is now: pruned heads, narrowed or merged MLPs and per-block token counts (after token
+pruning) all show up without the counter knowing how they were produced. MACs are then computed
+analytically from the recorded shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitprune.adapters import BlockView, get_adapter
+from vitprune.errors import VitpruneError
+
+#: Counting conventions: ``full`` adds the attention matmuls to the linear/conv layers.
+CONVENTIONS: dict[str, str] = {
+    "full": "linear/conv layers + attention matmuls",
+    "linear": "linear/conv layers only, no attention matmuls",
+}
+
+_CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+@dataclass
+class BlockMacs:
+    """MACs per image of one transformer block, with the structure that produced them."""
+
+    index: int
+    tokens: int
+    heads: int
+    mlp_hidden: int | None
+    attn_linear: int = 0
+    attn_matmul: int = 0
+    mlp: int = 0
+
+    def total(self, convention: str = "full") -> int:
+        """MACs of this block under ``convention``."""
+        matmul = self.attn_matmul if convention == "full" else 0
+        return self.attn_linear + matmul + self.mlp
+
+
+@dataclass
+class MacReport:
+    """Result of :func:`count_macs`; all MAC figures are per image."""
+
+    params: int
+    trainable_params: int
+    convention: str
+    input_size: tuple[int, int, int]
+    batch_size: int
+    blocks: list[BlockMacs] = field(default_factory=list)
+    #: MACs of layers outside the blocks (patch embedding, classifier heads), by module name.
+    other: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def macs(self) -> int:
+        """Total MACs per image under :attr:`convention`."""
+        return self.linear_macs + (self.attn_matmul_macs if self.convention == "full" else 0)
+
+    @property
+    def linear_macs(self) -> int:
+        """MACs of all linear and conv layers."""
+        return sum(b.attn_linear + b.mlp for b in self.blocks) + sum(self.other.values())
+
+    @property
+    def attn_matmul_macs(self) -> int:
+        """MACs of the attention matmuls (QK^T and A.V) of all blocks."""
+        return sum(b.attn_matmul for b in self.blocks)
+
+    @property
+    def convention_description(self) -> str:
+        """What :attr:`macs` includes, in words."""
+        return CONVENTIONS[self.convention]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form; ``macs`` follows ``convention``, both components are given separately."""
+        return {
+            "macs": self.macs,
+            "params": self.params,
+            "trainable_params": self.trainable_params,
+            "convention": self.convention,
+            "convention_description": self.convention_description,
+            "input_size": list(self.input_size),
+            "batch_size": self.batch_size,
+            "linear_macs": self.linear_macs,
+            "attn_matmul_macs": self.attn_matmul_macs,
+            "blocks": [asdict(b) for b in self.blocks],
+            "other": dict(self.other),
+        }
+
+    def summary(self) -> str:
+        """A short human-readable report that names its convention."""
+        c, h, w = self.input_size
+        lines = [
+            (f"MACs ({self.convention}: {self.convention_description}): {format_count(self.macs)} per image "
+             f"at {c}x{h}x{w}"),
+            f"params: {format_count(self.params)} ({format_count(self.trainable_params)} trainable)",
+            (f"{'block':>5} {'tokens':>6} {'heads':>5} {'mlp_hidden':>10} {'attn_linear':>11} "
+             f"{'attn_matmul':>11} {'mlp':>9}"),
+        ]
+        for b in self.blocks:
+            hidden = "-" if b.mlp_hidden is None else str(b.mlp_hidden)
+            lines.append(f"{b.index:>5} {b.tokens:>6} {b.heads:>5} {hidden:>10} {format_count(b.attn_linear):>11} "
+                         f"{format_count(b.attn_matmul):>11} {format_count(b.mlp):>9}")
+        lines += [f"other {name}: {format_count(macs)}" for name, macs in self.other.items()]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def format_count(n: float) -> str:
+    """``4241218560`` -> ``'4.24G'``: a count with an SI suffix, three significant digits."""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = None, batch_size: int = 1,
+               convention: str = "full") -> MacReport:
+    """Count multiply-accumulates per image and parameters of a supported ViT.
+
+    Linear layers count ``tokens * in * out``, conv layers ``output positions * k * k * Cin/groups *
+    Cout``, and (``convention="full"``) each attention ``2 * heads * N^2 * head_dim`` for QK^T and
+    A.V, with ``N`` the tokens that actually enter that block's attention. ``convention="linear"``
+    leaves the attention matmuls out, as Torch-Pruning's counter and many paper tables do. Biases,
+    norms, activations, softmax and residual additions are not counted in either convention.
+
+    The model is run once in eval mode, without gradients, on a random input of ``input_size``
+    (default: the model's own); its training mode is restored afterwards.
+    """
+    if convention not in CONVENTIONS:
+        raise VitpruneError(f"unknown MAC convention {convention!r} (choose from: {', '.join(CONVENTIONS)})")
+    if batch_size < 1:
+        raise VitpruneError(f"batch size must be at least 1, got {batch_size}")
+    adapter = get_adapter(model)
+    size = resolve_input_size(model, input_size)
+    blocks, other = _trace(model, adapter.blocks(), size, batch_size)
+    return MacReport(
+        params=sum(p.numel() for p in model.parameters()),
+        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        convention=convention,
+        input_size=size,
+        batch_size=batch_size,
+        blocks=blocks,
+        other=other,
+    )
+
+
+def resolve_input_size(model: nn.Module, input_size: tuple[int, ...] | None = None) -> tuple[int, int, int]:
+    """``input_size`` checked to be (channels, height, width); if ``None``, the model's own from its adapter."""
+    size = tuple(input_size) if input_size is not None else get_adapter(model).input_size
+    if len(size) != 3 or any(s < 1 for s in size):
+        raise VitpruneError(f"input size must be (channels, height, width) of positive ints, got {size}")
+    return size
+
+
+def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else next(v for v in kwargs.values() if isinstance(v, torch.Tensor))
+
+
+def _layer_macs(module: nn.Module, output: torch.Tensor) -> int:
+    # Counting from the output covers any leading batch/token dims: each output element is one dot product.
+    if isinstance(module, nn.Linear):
+        return output.numel() * module.in_features
+    return output.numel() * math.prod(module.kernel_size) * (module.in_channels // module.groups)
+
+
+def _trace(model: nn.Module, views: list[BlockView], input_size: tuple[int, int, int],
+           batch_size: int) -> tuple[list[BlockMacs], dict[str, int]]:
+    """Run one forward; per-image MACs of each block and of each compute layer outside the blocks."""
+    blocks = [BlockMacs(index=v.index, tokens=0, heads=v.attn.num_heads if v.attn else 0,
+                        mlp_hidden=v.mlp.hidden_features if v.mlp else None) for v in views]
+    other: dict[str, int] = {}
+    # Where each compute layer's MACs go: (block, field), or its name under "other". Attention wins
+    # over the rest of its block; anything else inside a block (MLP, a merged MLP Linear) is "mlp".
+    targets: dict[nn.Module, tuple[BlockMacs, str] | str] = {}
+    for block, view in zip(blocks, views, strict=True):
+        targets.update({m: (block, "mlp") for m in view.module.modules() if _is_compute(m)})
+        if view.attn is not None:
+            targets.update({m: (block, "attn_linear") for m in view.attn.module.modules() if _is_compute(m)})
+    for name, m in model.named_modules():
+        if _is_compute(m) and m not in targets:
+            targets[m] = name
+
+    # Hooks accumulate batch totals; they are divided by the batch size at the end.
+    def layer_hook(module: nn.Module, _args: tuple, output: torch.Tensor) -> None:
+        target, macs = targets[module], _layer_macs(module, output)
+        if isinstance(target, str):
+            other[target] = other.get(target, 0) + macs
+        else:
+            setattr(target[0], target[1], getattr(target[0], target[1]) + macs)
+
+    def block_hook(block: BlockMacs):
+        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            block.tokens = _first_tensor(args, kwargs).shape[1]
+        return hook
+
+    def attn_hook(block: BlockMacs, head_dim: int):
+        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            x = _first_tensor(args, kwargs)
+            block.attn_matmul += 2 * block.heads * x.shape[1] ** 2 * head_dim * x.shape[0]
+        return hook
+
+    handles = [m.register_forward_hook(layer_hook) for m in targets]
+    for block, view in zip(blocks, views, strict=True):
+        handles.append(view.module.register_forward_pre_hook(block_hook(block), with_kwargs=True))
+        if view.attn is not None:
+            handles.append(view.attn.module.register_forward_pre_hook(
+                attn_hook(block, view.attn.head_dim), with_kwargs=True))
+    param = next(model.parameters())
+    x = torch.randn(batch_size, *input_size, generator=torch.Generator().manual_seed(0))
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(x.to(device=param.device, dtype=param.dtype))
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    for b in blocks:
+        b.attn_linear, b.attn_matmul, b.mlp = (v // batch_size for v in (b.attn_linear, b.attn_matmul, b.mlp))
+    return blocks, {name: macs // batch_size for name, macs in other.items()}
+
+
+def _is_compute(module: nn.Module) -> bool:
+    return isinstance(module, (nn.Linear, *_CONV_TYPES))

@@ -1,0 +1,5 @@
+"""Model construction: timm names, vitprune's own models, checkpoints and saved directories."""
+
+from vitprune.models.factory import VITPRUNE_MODELS, build_base, create_model, load_checkpoint, resolve_model
+
+__all__ = ["VITPRUNE_MODELS", "build_base", "create_model", "load_checkpoint", "resolve_model"]

@@ -1,0 +1,21 @@
+"""Recipes (base model + ordered edits) and portable, pickle-free saves."""
+
+from vitprune.recipe.edits import apply_edit, register_edit, registered_edits, replay
+from vitprune.recipe.io import RECIPE_FILE, WEIGHTS_FILE, check_state_dict, load, read_document, save
+from vitprune.recipe.recipe import (
+    RECIPE_FORMAT,
+    RECIPE_VERSION,
+    BaseModel,
+    Edit,
+    Recipe,
+    get_recipe,
+    require_recipe,
+    set_recipe,
+    track,
+)
+
+__all__ = [
+    "RECIPE_FILE", "RECIPE_FORMAT", "RECIPE_VERSION", "WEIGHTS_FILE", "BaseModel", "Edit", "Recipe", "apply_edit",
+    "check_state_dict", "get_recipe", "load", "read_document", "register_edit", "registered_edits", "replay",
+    "require_recipe", "save", "set_recipe", "track",
+]

@@ -1,0 +1,124 @@
+"""Portable saves: ``recipe.json`` + ``model.safetensors`` in one directory, no pickle.
+
+Saves are written to a temporary sibling directory and renamed into place when complete, so an
+interrupted save never leaves a half-written model under the requested name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import safetensors
+import safetensors.torch
+import timm
+import torch
+from torch import nn
+
+import vitprune
+from vitprune.errors import RecipeError, VitpruneError
+from vitprune.recipe.edits import replay
+from vitprune.recipe.recipe import Recipe, require_recipe, set_recipe
+
+RECIPE_FILE = "recipe.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def save(model: nn.Module, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:
+    """Save ``model`` (its recipe and weights) to ``directory``, replacing any previous save there.
+
+    ``metadata`` (JSON-serialisable) is stored beside the recipe, e.g. accuracy or the run's settings.
+    """
+    recipe = require_recipe(model)
+    target = Path(directory)
+    if target.exists() and not (target / RECIPE_FILE).is_file():
+        raise VitpruneError(f"refusing to overwrite {target}: it exists and is not a vitprune save")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        **recipe.to_dict(),
+        "metadata": metadata or {},
+        "software": {"vitprune": vitprune.__version__, "torch": torch.__version__, "timm": timm.__version__},
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        (tmp / RECIPE_FILE).write_text(json.dumps(document, indent=2) + "\n")
+        safetensors.torch.save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "vitprune"})
+        _replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    if not target.exists():
+        os.replace(new, target)
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    os.replace(target, old)
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_document(directory: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``recipe.json`` of a save (recipe, metadata, software versions), validated."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise VitpruneError(f"no saved model at {path}: directory does not exist")
+    recipe_path = path / RECIPE_FILE
+    if not recipe_path.is_file():
+        raise RecipeError(f"{path} is not a vitprune save: {RECIPE_FILE} is missing")
+    try:
+        document = json.loads(recipe_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RecipeError(f"corrupt recipe {recipe_path}: {exc}") from None
+    Recipe.from_dict(document)
+    return document
+
+
+def load(directory: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> nn.Module:
+    """Rebuild a saved model: base architecture, replayed edits, then the saved weights (eval mode)."""
+    from vitprune.models.factory import build_base  # the factory imports this module's save/load
+
+    path = Path(directory)
+    recipe = Recipe.from_dict(read_document(path))
+    model = build_base(recipe.base)
+    replay(model, recipe.edits)
+    set_recipe(model, recipe)
+    _load_weights(model, path / WEIGHTS_FILE, map_location)
+    return model.eval()
+
+
+def _load_weights(model: nn.Module, weights: Path, map_location: str | torch.device) -> None:
+    if not weights.is_file():
+        raise RecipeError(f"weights file {weights} is missing")
+    try:
+        state = safetensors.torch.load_file(str(weights), device=str(map_location))
+    except (safetensors.SafetensorError, OSError, ValueError) as exc:
+        raise RecipeError(f"corrupt weights file {weights}: {exc}") from None
+    check_state_dict(model, state, str(weights))
+    model.load_state_dict(state, strict=False)
+
+
+def check_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Raise a one-line :class:`RecipeError` if ``state`` does not fit ``model`` exactly (keys and shapes)."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (first: {missing[0]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected (first: {unexpected[0]})")
+        raise RecipeError(f"weights in {source} do not match the architecture: {', '.join(parts)}")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise RecipeError(
+                f"weights in {source} do not match the architecture: {name} has shape "
+                f"{tuple(tensor.shape)}, the model expects {tuple(expected[name].shape)}"
+            )

@@ -1,0 +1,120 @@
+"""The timm adapter describes every supported ViT faithfully, and rejects what it cannot represent."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from conftest import build
+from timm.layers import GluMlp, LayerScale, SwiGLU
+from timm.models.vision_transformer import ParallelScalingBlock, VisionTransformer
+from torch import nn
+
+from vitprune.adapters import TimmViTAdapter, get_adapter
+from vitprune.errors import UnsupportedArchitectureError
+
+EXPECTED = {
+    # name: (embed_dim, heads, mlp hidden, prefix tokens, grid, classifier heads, layer scale)
+    "deit_tiny_patch16_224": (192, 3, 768, 1, (14, 14), 1, False),
+    "deit_small_patch16_224": (384, 6, 1536, 1, (14, 14), 1, False),
+    "deit_base_patch16_224": (768, 12, 3072, 1, (14, 14), 1, False),
+    "deit_small_distilled_patch16_224": (384, 6, 1536, 2, (14, 14), 2, False),
+    "vit_small_patch14_dinov2": (384, 6, 1536, 1, (4, 4), 0, True),
+    "vit_base_patch16_gap_224": (768, 16, 3072, 0, (7, 7), 1, False),
+}
+
+
+def test_adapter_describes_structure(model_spec):
+    name, kwargs = model_spec
+    model = build(name, kwargs)
+    adapter = get_adapter(model)
+    dim, heads, hidden, prefix, grid, n_heads, has_ls = EXPECTED[name]
+    assert isinstance(adapter, TimmViTAdapter)
+    assert adapter.embed_dim == dim
+    assert adapter.num_prefix_tokens == prefix
+    assert adapter.grid_size == grid
+    assert adapter.num_tokens == prefix + grid[0] * grid[1]
+    assert adapter.input_size == (3, grid[0] * model.patch_embed.patch_size[0], grid[1] * model.patch_embed.patch_size[1])
+    assert len(adapter.classifier_heads()) == n_heads
+    blocks = adapter.blocks()
+    assert len(blocks) == 12
+    for i, view in enumerate(blocks):
+        assert view.index == i and view.module is model.blocks[i] and view.name == f"blocks.{i}"
+        assert view.attn.num_heads == heads and view.attn.attn_dim == dim
+        assert view.attn.qkv.out_features == 3 * dim and view.attn.proj.in_features == dim
+        assert view.mlp.hidden_features == hidden
+        assert isinstance(view.ls1, LayerScale) == has_ls and isinstance(view.ls2, LayerScale) == has_ls
+
+
+def _block_from_view(view, x):
+    """Recompute a block from the adapter's description: pre-norm residual attention, then MLP."""
+    a = view.attn
+    h = view.norm1(x)
+    b, n, _ = h.shape
+    q, k, v = a.qkv(h).reshape(b, n, 3, a.num_heads, a.head_dim).permute(2, 0, 3, 1, 4)
+    q, k = a.module.q_norm(q), a.module.k_norm(k)
+    attn = ((q * a.head_dim ** -0.5) @ k.transpose(-2, -1)).softmax(-1)
+    h = a.proj((attn @ v).transpose(1, 2).reshape(b, n, a.attn_dim))
+    x = x + view.drop_path1(view.ls1(h))
+    m = view.mlp
+    return x + view.drop_path2(view.ls2(m.fc2(m.act(m.fc1(view.norm2(x))))))
+
+
+def test_view_reproduces_block_forward(model_spec):
+    """The [q | k | v] head layout and the sublayer order the views document are the ones the model runs."""
+    name, kwargs = model_spec
+    model = build(name, kwargs)
+    adapter = get_adapter(model)
+    torch.manual_seed(1)
+    x = torch.randn(2, adapter.num_tokens, adapter.embed_dim)
+    with torch.no_grad():
+        for view in adapter.blocks()[:3]:
+            torch.testing.assert_close(_block_from_view(view, x), view.module(x), rtol=1e-5, atol=1e-5)
+
+
+def _tiny_vit(**kwargs) -> VisionTransformer:
+    return VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=4, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"mlp_layer": SwiGLU}, r"blocks\.0\.mlp is SwiGLU .*gated"),
+        ({"mlp_layer": GluMlp}, r"blocks\.0\.mlp is GluMlp .*gated"),
+        ({"block_fn": ParallelScalingBlock}, r"blocks\.0 is ParallelScalingBlock"),
+        ({"scale_mlp_norm": True}, r"blocks\.0\.mlp is Mlp .*scale_mlp_norm"),
+    ],
+    ids=["swiglu", "glu", "parallel-block", "mlp-norm"],
+)
+def test_unrepresentable_structures_are_rejected(kwargs, match):
+    with pytest.raises(UnsupportedArchitectureError, match=match):
+        get_adapter(_tiny_vit(**kwargs))
+
+
+def test_non_vit_is_rejected():
+    with pytest.raises(UnsupportedArchitectureError, match="ResNet is not a supported vision transformer"):
+        get_adapter(timm.create_model("resnet10t", pretrained=False))
+
+
+def test_setters_validate_shapes():
+    adapter = get_adapter(_tiny_vit())
+    with pytest.raises(ValueError, match="do not fit 1 heads"):
+        adapter.set_attention(0, qkv=nn.Linear(32, 96), proj=nn.Linear(16, 32), num_heads=1)
+    with pytest.raises(ValueError, match="fc1 gives 8 features, fc2 takes 9"):
+        adapter.set_mlp(0, fc1=nn.Linear(32, 8), fc2=nn.Linear(9, 32))
+
+
+def test_merged_mlp_is_represented():
+    """After activation removal and merging, the MLP is one linear layer and the block computes exactly that."""
+    model = _tiny_vit().eval()
+    adapter = get_adapter(model)
+    with pytest.raises(ValueError, match="activation is present"):
+        adapter.set_mlp(1, nn.Linear(32, 32), None)
+    model.blocks[1].mlp.act = nn.Identity()
+    merged = nn.Linear(32, 32)
+    adapter.set_mlp(1, merged, None)
+    view = get_adapter(model).block(1).mlp
+    assert view.merged and view.fc1 is merged and view.fc2 is None and view.hidden_features is None
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(view.module(x), merged(x), rtol=0, atol=0)

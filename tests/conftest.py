@@ -1,0 +1,43 @@
+"""Shared fixtures: the supported-architecture matrix every exactness test runs over."""
+
+from __future__ import annotations
+
+import os
+
+# Tests never reach the network: huggingface_hub reads this when first imported (by timm), so set it first.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+import timm  # noqa: E402
+import torch  # noqa: E402
+
+#: (test id, timm name, constructor kwargs). Covers one/two/zero prefix tokens, LayerScale, GAP, three widths.
+SUPPORTED_MODELS = [
+    ("deit_tiny", "deit_tiny_patch16_224", {}),
+    ("deit_small", "deit_small_patch16_224", {}),
+    ("deit_base", "deit_base_patch16_224", {}),
+    ("deit_small_distilled", "deit_small_distilled_patch16_224", {}),
+    ("dinov2_small_ls", "vit_small_patch14_dinov2", {"img_size": 56}),
+    ("vit_base_gap", "vit_base_patch16_gap_224", {"img_size": 112}),
+]
+
+#: A cheap subset for tests that build many models.
+SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[0] in ("deit_tiny", "deit_small_distilled", "dinov2_small_ls")]
+
+
+def _params(models):
+    return [pytest.param(name, kwargs, id=mid) for mid, name, kwargs in models]
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrise ``model_spec`` over every supported model and ``small_model_spec`` over the cheap subset."""
+    if "model_spec" in metafunc.fixturenames:
+        metafunc.parametrize("model_spec", [(n, k) for _, n, k in SUPPORTED_MODELS], ids=[m[0] for m in SUPPORTED_MODELS])
+    if "small_model_spec" in metafunc.fixturenames:
+        metafunc.parametrize("small_model_spec", [(n, k) for _, n, k in SMALL_MODELS], ids=[m[0] for m in SMALL_MODELS])
+
+
+def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised timm model in eval mode (deterministic for a seed)."""
+    torch.manual_seed(seed)
+    return timm.create_model(name, pretrained=False, **kwargs).eval()

@@ -1,0 +1,205 @@
+"""build_dataset / build_loader: named datasets, image folders, and one-line errors. Nothing downloads."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+
+import pytest
+import torch
+from PIL import Image
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+from vitprune.data import DigitsDataset, build_dataset, build_loader
+from vitprune.errors import VitpruneError
+
+RGB = (3, 32, 32)
+
+
+def _write_images(folder, colors, mode="RGB", size=(20, 24)):
+    """One solid-colour PNG per entry of ``colors``, named 0.png, 1.png, ..."""
+    folder.mkdir(parents=True)
+    for i, color in enumerate(colors):
+        Image.new(mode, size, color).save(folder / f"{i}.png")
+
+
+@pytest.fixture
+def split_folder(tmp_path):
+    """An image folder with train/ (3 cats, 2 dogs) and val/ (1 cat, 1 dog)."""
+    root = tmp_path / "pets"
+    _write_images(root / "train" / "cat", [(255, 0, 0)] * 3)
+    _write_images(root / "train" / "dog", [(0, 0, 255)] * 2)
+    _write_images(root / "val" / "cat", [(255, 0, 0)])
+    _write_images(root / "val" / "dog", [(0, 0, 255)])
+    return root
+
+
+# --- digits -------------------------------------------------------------------------------------
+
+
+def test_digits_augments_only_for_training():
+    train = build_dataset("digits", "train", input_size=(1, 32, 32))
+    val = build_dataset("digits", "val", input_size=(1, 32, 32))
+    assert isinstance(train, DigitsDataset) and isinstance(val, DigitsDataset)
+    assert (len(train), train.augment) == (1437, True)
+    assert (len(val), val.augment) == (360, False)
+    assert build_dataset("digits", "train", input_size=(1, 32, 32), is_training=False).augment is False
+
+
+def test_digits_rejects_another_input_size():
+    with pytest.raises(VitpruneError, match=r"^digits images are 1x32x32 but the model expects 3x224x224$"):
+        build_dataset("digits", "val", input_size=(3, 224, 224))
+
+
+# --- bad specs ----------------------------------------------------------------------------------
+
+
+def test_unknown_dataset_name():
+    with pytest.raises(
+        VitpruneError,
+        match=r"^unknown dataset 'imagenet' "
+        r"\(expected one of: digits, cifar10, cifar100, or the path of an image folder\)$",
+    ):
+        build_dataset("imagenet", "val", input_size=RGB)
+
+
+def test_missing_data_path(tmp_path):
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(VitpruneError, match=f"^data path {re.escape(missing)} does not exist$"):
+        build_dataset(missing, "val", input_size=RGB)
+
+
+def test_data_path_that_is_a_file(tmp_path):
+    file = tmp_path / "images.zip"
+    file.write_bytes(b"")
+    with pytest.raises(VitpruneError, match=f"^data path {re.escape(str(file))} is not a directory$"):
+        build_dataset(str(file), "val", input_size=RGB)
+
+
+def test_unknown_split():
+    with pytest.raises(VitpruneError, match=r"^unknown split 'test' \(expected one of: train, val\)$"):
+        build_dataset("digits", "test", input_size=(1, 32, 32))
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        ((2, 32, 32), r"^image datasets need a model taking 1 or 3 channels, not 2$"),
+        ((3, 32), r"^input size must be \(channels, height, width\), got \(3, 32\)$"),
+        ((3, 0, 32), r"^input size must be \(channels, height, width\), got \(3, 0, 32\)$"),
+    ],
+)
+def test_bad_input_size(split_folder, size, message):
+    with pytest.raises(VitpruneError, match=message):
+        build_dataset(str(split_folder), "val", input_size=size)
+
+
+# --- CIFAR --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "label"), [("cifar10", "CIFAR-10"), ("cifar100", "CIFAR-100")])
+def test_cifar_missing_without_download(tmp_path, spec, label):
+    message = f"^{label} not found under {re.escape(str(tmp_path))}; pass --download to fetch it$"
+    with pytest.raises(VitpruneError, match=message):
+        build_dataset(spec, "train", input_size=RGB, root=str(tmp_path))
+
+
+def test_cifar_download_offline(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr("torchvision.datasets.cifar.download_and_extract_archive", offline)
+    message = (
+        f"^could not download CIFAR-10 to {re.escape(str(tmp_path))} "
+        r"\(\[Errno -3\] Temporary failure in name resolution\); check the network connection"
+    )
+    with pytest.raises(VitpruneError, match=message):
+        build_dataset("cifar10", "train", input_size=RGB, root=str(tmp_path), download=True)
+
+
+def test_cifar_corrupt_after_download(tmp_path, monkeypatch):
+    # A "download" that leaves nothing behind looks, to torchvision, like a corrupt archive.
+    monkeypatch.setattr("torchvision.datasets.cifar.download_and_extract_archive", lambda *args, **kwargs: None)
+    message = f"^CIFAR-10 under {re.escape(str(tmp_path))} is corrupt even after downloading; delete it and retry$"
+    with pytest.raises(VitpruneError, match=message):
+        build_dataset("cifar10", "val", input_size=RGB, root=str(tmp_path), download=True)
+
+
+# --- image folders ------------------------------------------------------------------------------
+
+
+def test_image_folder_uses_split_subfolders(split_folder):
+    train = build_dataset(str(split_folder), "train", input_size=RGB)
+    val = build_dataset(str(split_folder), "val", input_size=RGB)
+    assert len(train) == 5 and len(val) == 2
+    assert sorted(label for _, label in train) == [0, 0, 0, 1, 1]
+    image, label = train[0]
+    assert image.shape == RGB and image.dtype == torch.float32 and label == 0
+
+
+def test_image_folder_eval_transform_normalises_with_imagenet_stats(split_folder):
+    val = build_dataset(str(split_folder), "val", input_size=RGB)
+    (cat, cat_label), (dog, dog_label) = val[0], val[1]
+    assert (cat_label, dog_label) == (0, 1)
+    mean, std = torch.tensor(IMAGENET_DEFAULT_MEAN), torch.tensor(IMAGENET_DEFAULT_STD)
+    for image, rgb in ((cat, (1.0, 0.0, 0.0)), (dog, (0.0, 0.0, 1.0))):
+        expected = ((torch.tensor(rgb) - mean) / std)[:, None, None].expand(RGB)
+        torch.testing.assert_close(image, expected)
+
+
+def test_image_folder_honours_a_data_config(split_folder):
+    config = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
+    cat, _ = build_dataset(str(split_folder), "val", input_size=RGB, data_config=config)[0]
+    torch.testing.assert_close(cat, torch.tensor([1.0, -1.0, -1.0])[:, None, None].expand(RGB))
+
+
+def test_image_folder_without_split_subfolders(tmp_path):
+    _write_images(tmp_path / "a", [(10, 20, 30)] * 2)
+    _write_images(tmp_path / "b", [(40, 50, 60)])
+    for split in ("train", "val"):
+        ds = build_dataset(str(tmp_path), split, input_size=RGB)
+        assert len(ds) == 3
+    assert build_dataset(str(tmp_path), "train", input_size=(3, 16, 16))[0][0].shape == (3, 16, 16)
+
+
+def test_grayscale_image_folder(tmp_path):
+    _write_images(tmp_path / "train" / "x", [128], mode="L")
+    image, _ = build_dataset(str(tmp_path), "train", input_size=(1, 32, 32), is_training=False)[0]
+    mean = sum(IMAGENET_DEFAULT_MEAN) / 3
+    std = sum(IMAGENET_DEFAULT_STD) / 3
+    torch.testing.assert_close(image, torch.full((1, 32, 32), (128 / 255 - mean) / std))
+
+
+def test_image_folder_without_images(tmp_path):
+    (tmp_path / "empty" / "cat").mkdir(parents=True)
+    folder = str(tmp_path / "empty")
+    with pytest.raises(VitpruneError, match=f"^no images found under data path {re.escape(folder)} "):
+        build_dataset(folder, "train", input_size=RGB)
+
+
+# --- loaders ------------------------------------------------------------------------------------
+
+
+def _order(loader):
+    return torch.cat([labels for _, labels in loader]).tolist()
+
+
+def test_loader_order_depends_only_on_seed():
+    ds = build_dataset("digits", "val", input_size=(1, 32, 32))
+    first = _order(build_loader(ds, 64, shuffle=True, seed=1))
+    assert first == _order(build_loader(ds, 64, shuffle=True, seed=1))
+    assert first != _order(build_loader(ds, 64, shuffle=True, seed=2))
+    assert _order(build_loader(ds, 64, shuffle=False, seed=1)) == ds.labels.tolist()
+
+
+def test_loader_batches():
+    ds = build_dataset("digits", "val", input_size=(1, 32, 32))
+    batches = list(build_loader(ds, 100, shuffle=False, seed=0))
+    assert [len(labels) for _, labels in batches] == [100, 100, 100, 60]
+    images, labels = batches[0]
+    assert images.shape == (100, 1, 32, 32) and labels.dtype == torch.int64
+
+
+def test_loader_rejects_empty_batches():
+    with pytest.raises(VitpruneError, match=r"^batch size must be at least 1, got 0$"):
+        build_loader(DigitsDataset("val"), 0, shuffle=False, seed=0)

@@ -1,0 +1,151 @@
+"""MAC counting: hand formulas, per-block structure, and an independent count by FlopCounterMode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import build
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+from vitprune.adapters import get_adapter
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.measure import count_macs
+
+# timm runs attention through F.scaled_dot_product_attention, which on CPU dispatches to this op.
+# Torch's FlopCounterMode has a formula for it (4 * B * H * N^2 * d FLOPs, i.e. QK^T and A.V), so the
+# fused path is cross-checked as the model normally runs. Where the installed torch lacks that formula
+# it would silently count zero, so the fused check is skipped there; the unfused path (plain matmuls,
+# counted by the bmm formula every torch version has) is checked everywhere.
+_SDPA_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+SDPA_COUNTED = _SDPA_CPU is not None and _SDPA_CPU in flop_registry
+
+D, N, HEAD_DIM = 384, 197, 64  # DeiT-S
+
+
+def counted_flops(model: nn.Module, input_size: tuple[int, int, int]) -> int:
+    """FLOPs that FlopCounterMode counts in one forward of one image."""
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.randn(1, *input_size))
+    return counter.get_total_flops()
+
+
+def set_fused_attention(model: nn.Module, fused: bool) -> None:
+    for m in model.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = fused
+
+
+def block_macs(tokens: int, heads: int, hidden: int, *, full: bool) -> int:
+    """One DeiT-S block by hand: qkv + proj + fc1 + fc2, plus QK^T and A.V when ``full``."""
+    attn_dim = heads * HEAD_DIM
+    linear = tokens * (D * 3 * attn_dim + attn_dim * D + 2 * D * hidden)
+    return linear + (2 * heads * tokens**2 * HEAD_DIM if full else 0)
+
+
+PATCH_EMBED = 196 * (3 * 16 * 16) * D
+HEAD = D * 1000
+
+
+def test_full_macs_equal_flop_counter(model_spec):
+    model = build(*model_spec)
+    report = count_macs(model, convention="full")
+    for fused in (True, False) if SDPA_COUNTED else (False,):
+        set_fused_attention(model, fused)
+        assert 2 * report.macs == counted_flops(model, report.input_size), f"fused={fused}"
+
+
+def test_deit_small_matches_hand_formula():
+    model = build("deit_small_patch16_224", {})
+    linear, full = count_macs(model, convention="linear"), count_macs(model, convention="full")
+    assert linear.macs == 12 * block_macs(N, 6, 1536, full=False) + PATCH_EMBED + HEAD == 4_241_218_560
+    assert full.macs == linear.macs + 12 * 2 * 6 * N**2 * HEAD_DIM
+    assert full.linear_macs == linear.macs and full.attn_matmul_macs == full.macs - linear.macs
+    assert full.other == {"patch_embed.proj": PATCH_EMBED, "head": HEAD}
+    assert [(b.tokens, b.heads, b.mlp_hidden) for b in full.blocks] == [(N, 6, 1536)] * 12
+    assert full.params == sum(p.numel() for p in model.parameters()) == 22_050_664
+    assert full.input_size == (3, 224, 224)
+
+
+def test_uneven_blocks_count_each_block():
+    model = build("deit_small_patch16_224", {})
+    adapter = get_adapter(model)
+    adapter.set_mlp(3, nn.Linear(D, 700), nn.Linear(700, D))
+    adapter.set_attention(7, nn.Linear(D, 3 * 2 * HEAD_DIM), nn.Linear(2 * HEAD_DIM, D), num_heads=2)
+    structure = [(6, 1536)] * 12
+    structure[3], structure[7] = (6, 700), (2, 1536)
+
+    report = count_macs(model)
+    assert [(b.heads, b.mlp_hidden) for b in report.blocks] == structure
+    assert report.macs == sum(block_macs(N, h, m, full=True) for h, m in structure) + PATCH_EMBED + HEAD
+    assert 2 * report.macs == counted_flops(model, report.input_size)
+    assert report.params == sum(p.numel() for p in model.parameters())
+
+
+def test_tokens_are_counted_per_block():
+    model = build("deit_small_patch16_224", {})
+    # Stand-in for token pruning: keep the class token and 98 patch tokens from block 6 on.
+    model.blocks[6].register_forward_pre_hook(lambda _m, args: (args[0][:, :99],))
+    report = count_macs(model)
+    assert [b.tokens for b in report.blocks] == [N] * 6 + [99] * 6
+    expected = 6 * block_macs(N, 6, 1536, full=True) + 6 * block_macs(99, 6, 1536, full=True) + PATCH_EMBED + HEAD
+    assert report.macs == expected and 2 * report.macs == counted_flops(model, report.input_size)
+
+
+def test_merged_mlp_counts_one_linear():
+    model = build("deit_small_patch16_224", {})
+    adapter = get_adapter(model)
+    model.blocks[2].mlp.act = nn.Identity()  # what activation removal leaves before fc2 . fc1 are merged
+    adapter.set_mlp(2, nn.Linear(D, D), None)
+    assert adapter.block(2).mlp.merged
+    report = count_macs(model)
+    assert report.blocks[2].mlp == N * D * D
+    assert report.macs == 11 * block_macs(N, 6, 1536, full=True) + block_macs(N, 6, 0, full=True) + N * D * D \
+        + PATCH_EMBED + HEAD
+    assert 2 * report.macs == counted_flops(model, report.input_size)
+
+
+def test_batch_size_does_not_change_per_image_macs():
+    model = build("deit_tiny_patch16_224", {})
+    assert count_macs(model, batch_size=3).macs == count_macs(model).macs
+
+
+def test_input_size_override():
+    model = build("deit_tiny_patch16_224", {"dynamic_img_size": True})
+    report = count_macs(model, input_size=(3, 112, 112))
+    assert report.input_size == (3, 112, 112)
+    assert [b.tokens for b in report.blocks] == [1 + 7 * 7] * 12
+    assert 2 * report.macs == counted_flops(model, (3, 112, 112))
+    with pytest.raises(VitpruneError, match="input size"):
+        count_macs(model, input_size=(112, 112))
+
+
+def test_params_count_trainable_separately():
+    model = build("deit_tiny_patch16_224", {})
+    model.patch_embed.requires_grad_(False)
+    report = count_macs(model)
+    assert report.params == sum(p.numel() for p in model.parameters())
+    assert report.trainable_params == report.params - sum(p.numel() for p in model.patch_embed.parameters())
+
+
+def test_report_names_its_convention_and_serialises():
+    model = build("deit_tiny_patch16_224", {}).train()
+    for convention in ("full", "linear"):
+        report = count_macs(model, convention=convention)
+        data = json.loads(json.dumps(report.to_dict()))
+        assert {"macs", "params", "convention", "input_size"} <= data.keys()
+        assert data["convention"] == convention and data["input_size"] == [3, 224, 224]
+        assert f"MACs ({convention}:" in report.summary() and str(report) == report.summary()
+    assert model.training
+
+
+def test_user_errors():
+    model = build("deit_tiny_patch16_224", {})
+    with pytest.raises(VitpruneError, match="convention"):
+        count_macs(model, convention="flops")
+    with pytest.raises(VitpruneError, match="batch size"):
+        count_macs(model, batch_size=0)
+    with pytest.raises(UnsupportedArchitectureError):
+        count_macs(nn.Sequential(nn.Linear(4, 4)))

@@ -1,0 +1,185 @@
+"""Saves rebuild the exact model in a fresh process without pickle, and bad saves fail with one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+
+import vitprune
+from vitprune.errors import RecipeError, VitpruneError
+from vitprune.recipe import RECIPE_FILE, WEIGHTS_FILE, Recipe
+from vitprune.surgery import prune_heads, prune_mlp_neurons
+
+
+def _pruned(name: str, **kwargs) -> torch.nn.Module:
+    """A model with uneven heads and widths, so the rebuilt architecture must follow the recipe."""
+    torch.manual_seed(0)
+    model = vitprune.create_model(name, **kwargs)
+    heads = vitprune.get_adapter(model).block(0).attn.num_heads
+    prune_heads(model, 1, list(range(heads - 1)))
+    hidden = vitprune.get_adapter(model).block(0).mlp.hidden_features
+    prune_mlp_neurons(model, 3, list(range(0, hidden, 2)))
+    prune_mlp_neurons(model, 3, list(range(5)))  # edits compose: the same block twice
+    return model
+
+
+def _input(model):
+    torch.manual_seed(7)
+    return torch.randn(2, *vitprune.get_adapter(model).input_size)
+
+
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [("deit_tiny_patch16_224", {}), ("deit_small_distilled_patch16_224", {}), ("vit_small_patch14_dinov2", {"img_size": 56})],
+    ids=["deit_tiny", "deit_small_distilled", "dinov2_small_ls"],
+)
+def test_fresh_process_reproduces_outputs_exactly(tmp_path, name, kwargs):
+    model = _pruned(name, **kwargs)
+    x = _input(model)
+    with torch.no_grad():
+        expected = model(x)
+    vitprune.save(model, tmp_path / "saved", metadata={"note": "test"})
+    torch.save(x, tmp_path / "x.pt")
+    script = textwrap.dedent(f"""
+        import pickle, torch, vitprune
+        x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)
+
+        def forbidden(*args, **kwargs):
+            raise AssertionError("loading a vitprune save must not unpickle anything")
+
+        torch.load = pickle.load = pickle.loads = pickle.Unpickler = forbidden
+        model = vitprune.load({str(tmp_path / 'saved')!r})
+        with torch.no_grad():
+            y = model(x)
+        torch.save(y, {str(tmp_path / 'y.pt')!r})
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    reloaded = torch.load(tmp_path / "y.pt", weights_only=True)
+    assert torch.equal(reloaded, expected)
+
+
+def test_recipe_file_is_versioned_json(tmp_path):
+    model = _pruned("deit_tiny_patch16_224")
+    vitprune.save(model, tmp_path / "m", metadata={"top1": 0.5})
+    doc = json.loads((tmp_path / "m" / RECIPE_FILE).read_text())
+    assert doc["format"] == "vitprune-recipe" and doc["version"] == 1
+    assert doc["base"] == {"source": "timm", "name": "deit_tiny_patch16_224", "kwargs": {}, "weights": "random",
+                           "sha256": None}
+    assert [e["op"] for e in doc["edits"]] == ["prune_heads", "prune_mlp_neurons", "prune_mlp_neurons"]
+    assert doc["edits"][0]["args"] == {"block": 1, "keep": [0, 1]}
+    assert doc["metadata"] == {"top1": 0.5}
+    assert set(doc["software"]) == {"vitprune", "torch", "timm"}
+    loaded = vitprune.load(tmp_path / "m")
+    assert vitprune.get_recipe(loaded).to_dict() == Recipe.from_dict(doc).to_dict()
+    assert not loaded.training
+
+
+def test_save_is_atomic_and_replaces(tmp_path, monkeypatch):
+    target = tmp_path / "m"
+    model = vitprune.create_model("deit_tiny_patch16_224")
+    vitprune.save(model, target)
+    first = (target / WEIGHTS_FILE).read_bytes()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(safetensors.torch, "save_model", interrupted)
+    prune_heads(model, 0, [0])
+    with pytest.raises(KeyboardInterrupt):
+        vitprune.save(model, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"], "no temporary directory may be left behind"
+    assert (target / WEIGHTS_FILE).read_bytes() == first, "an interrupted save leaves the previous save intact"
+    monkeypatch.undo()
+
+    vitprune.save(model, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert vitprune.get_adapter(vitprune.load(target)).block(0).attn.num_heads == 1
+
+
+def test_refuses_to_overwrite_a_non_save(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "precious.txt").write_text("x")
+    with pytest.raises(VitpruneError, match="refusing to overwrite .*not a vitprune save"):
+        vitprune.save(vitprune.create_model("deit_tiny_patch16_224"), tmp_path / "data")
+
+
+@pytest.fixture()
+def saved(tmp_path) -> Path:
+    return vitprune.save(_pruned("deit_tiny_patch16_224"), tmp_path / "saved")
+
+
+def _edit_recipe(path: Path, fn) -> None:
+    doc = json.loads((path / RECIPE_FILE).read_text())
+    fn(doc)
+    (path / RECIPE_FILE).write_text(json.dumps(doc))
+
+
+def test_unknown_version(saved):
+    _edit_recipe(saved, lambda d: d.update(version=99))
+    with pytest.raises(RecipeError, match="unsupported recipe version 99 .*reads version 1"):
+        vitprune.load(saved)
+
+
+def test_unknown_edit(saved):
+    _edit_recipe(saved, lambda d: d["edits"].append({"op": "teleport", "args": {}}))
+    with pytest.raises(RecipeError, match="unknown edit 'teleport'"):
+        vitprune.load(saved)
+
+
+def test_edit_that_does_not_apply(saved):
+    _edit_recipe(saved, lambda d: d["edits"].append({"op": "prune_heads", "args": {"block": 0, "keep": [7]}}))
+    with pytest.raises(RecipeError, match=r"prune_heads.*does not apply.*\[0, 3\)"):
+        vitprune.load(saved)
+
+
+def test_corrupt_recipe(saved):
+    (saved / RECIPE_FILE).write_text("{not json")
+    with pytest.raises(RecipeError, match="corrupt recipe"):
+        vitprune.load(saved)
+
+
+def test_missing_weights(saved):
+    (saved / WEIGHTS_FILE).unlink()
+    with pytest.raises(RecipeError, match="weights file .* is missing"):
+        vitprune.load(saved)
+
+
+def test_corrupt_weights(saved):
+    (saved / WEIGHTS_FILE).write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(RecipeError, match="corrupt weights file"):
+        vitprune.load(saved)
+
+
+def test_truncated_weights(saved):
+    data = (saved / WEIGHTS_FILE).read_bytes()
+    (saved / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(RecipeError, match="corrupt weights file"):
+        vitprune.load(saved)
+
+
+def test_mismatched_weights(saved, tmp_path):
+    other = vitprune.save(vitprune.create_model("deit_tiny_patch16_224"), tmp_path / "other")
+    (saved / WEIGHTS_FILE).write_bytes((other / WEIGHTS_FILE).read_bytes())
+    with pytest.raises(RecipeError, match=r"do not match the architecture: blocks\.1\.attn\.proj\.weight has shape "
+                                          r"\(192, 192\), the model expects \(192, 128\)"):
+        vitprune.load(saved)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(VitpruneError, match="no saved model at .*does not exist"):
+        vitprune.load(tmp_path / "nope")
+
+
+def test_model_without_recipe_cannot_be_saved(tmp_path):
+    import timm
+
+    with pytest.raises(VitpruneError, match="no vitprune recipe"):
+        vitprune.save(timm.create_model("deit_tiny_patch16_224"), tmp_path / "m")

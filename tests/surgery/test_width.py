@@ -1,0 +1,83 @@
+"""Width surgery is exact: the smaller dense model equals the original with the removed units masked."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import build
+
+import vitprune
+from vitprune.errors import VitpruneError
+from vitprune.surgery import prune_heads, prune_mlp_neurons, slice_linear
+
+
+def _input(model, batch=2):
+    torch.manual_seed(3)
+    return torch.randn(batch, *vitprune.get_adapter(model).input_size)
+
+
+def test_prune_heads_equals_masked_heads(small_model_spec):
+    name, kwargs = small_model_spec
+    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    masked = copy.deepcopy(model)
+    adapter = vitprune.get_adapter(model)
+    heads, hd = adapter.block(2).attn.num_heads, adapter.block(2).attn.head_dim
+    keep = [h for h in range(heads) if h != 1]
+    with torch.no_grad():  # masking: removed head's columns of proj contribute nothing
+        masked.blocks[2].attn.proj.weight[:, hd:2 * hd] = 0
+    params_before = sum(p.numel() for p in model.parameters())
+
+    prune_heads(model, 2, keep)
+
+    x = _input(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
+    view = vitprune.get_adapter(model).block(2).attn
+    assert view.num_heads == heads - 1 and view.qkv.out_features == 3 * (heads - 1) * hd
+    dim = adapter.embed_dim
+    removed = 3 * hd * (dim + 1) + hd * dim  # qkv rows with biases, proj columns
+    assert sum(p.numel() for p in model.parameters()) == params_before - removed
+    assert vitprune.get_recipe(model).edits[-1].args == {"block": 2, "keep": keep}
+
+
+def test_prune_mlp_neurons_equals_masked_neurons(small_model_spec):
+    name, kwargs = small_model_spec
+    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    masked = copy.deepcopy(model)
+    hidden = vitprune.get_adapter(model).block(5).mlp.hidden_features
+    keep = list(range(0, hidden, 3))
+    removed = sorted(set(range(hidden)) - set(keep))
+    with torch.no_grad():
+        masked.blocks[5].mlp.fc2.weight[:, removed] = 0
+
+    prune_mlp_neurons(model, block=5, keep=keep)
+
+    x = _input(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
+    assert vitprune.get_adapter(model).block(5).mlp.hidden_features == len(keep)
+    assert model.blocks[5].mlp.fc1.weight.shape == (len(keep), vitprune.get_adapter(model).embed_dim)
+
+
+@pytest.mark.parametrize("keep, match", [([], "at least one"), ([2, 1], "unique and sorted"), ([0, 99], r"\[0, 3\)")])
+def test_bad_indices_are_rejected(keep, match):
+    model = vitprune.create_model("deit_tiny_patch16_224")
+    with pytest.raises(ValueError, match=match):
+        prune_heads(model, 0, keep)
+    assert vitprune.get_recipe(model).edits == []
+
+
+def test_surgery_needs_a_recipe():
+    model = build("deit_tiny_patch16_224", {})
+    with pytest.raises(VitpruneError, match="no vitprune recipe"):
+        prune_mlp_neurons(model, 0, [0])
+
+
+def test_slice_linear_copies_selected_rows_and_columns():
+    linear = torch.nn.Linear(4, 3)
+    sliced = slice_linear(linear, out_idx=[0, 2], in_idx=[1, 3])
+    torch.testing.assert_close(sliced.weight, linear.weight[[0, 2]][:, [1, 3]], rtol=0, atol=0)
+    torch.testing.assert_close(sliced.bias, linear.bias[[0, 2]], rtol=0, atol=0)
+    assert sliced.weight.data_ptr() != linear.weight.data_ptr()
