@@ -37,6 +37,22 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("small_model_spec", [(n, k) for _, n, k in SMALL_MODELS], ids=[m[0] for m in SMALL_MODELS])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Tests never read or write the user's cache: VITPRUNE_CACHE points at one directory per session."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VITPRUNE_CACHE", str(tmp_path_factory.mktemp("vitprune-cache")))
+        yield
+
+
+@pytest.fixture(scope="session")
+def trained_digits():
+    """The embedded default, trained once per session into the session cache (about a minute on 2 cores)."""
+    from vitprune.models.zoo import trained_digits_vit
+
+    return trained_digits_vit(progress=False)
+
+
 def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
     """A randomly initialised timm model in eval mode (deterministic for a seed)."""
     torch.manual_seed(seed)

@@ -51,6 +51,7 @@ def test_result_is_consistent():
     assert ctx["device"] == "cpu" and ctx["dtype"] == "float32" and ctx["batch_size"] == 2 and ctx["threads"] == 1
     assert ctx["device_name"] and ctx["torch"] == torch.__version__ and ctx["timm"]
     assert "ms median" in result.summary() and "img/s" in result.summary()
+    assert result.other_load is None or 0 <= result.other_load <= 1
 
 
 def test_self_comparison_is_near_one():

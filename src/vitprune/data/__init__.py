@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vitprune.data.datasets import DEFAULT_DATA_ROOT, NAMED_DATASETS, SPLITS, build_dataset, build_loader
+from vitprune.data.datasets import NAMED_DATASETS, SPLITS, build_dataset, build_loader
 from vitprune.data.digits import (
     DIGITS_INPUT_SIZE,
     DIGITS_MEAN,
@@ -13,7 +13,6 @@ from vitprune.data.digits import (
 )
 
 __all__ = [
-    "DEFAULT_DATA_ROOT",
     "DIGITS_INPUT_SIZE",
     "DIGITS_MEAN",
     "DIGITS_NUM_CLASSES",

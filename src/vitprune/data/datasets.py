@@ -15,11 +15,10 @@ import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_dataset, create_transform, resolve_data_config
 from torch.utils.data import DataLoader, Dataset
 
+from vitprune.cache import cache_dir
 from vitprune.data.digits import DIGITS_INPUT_SIZE, DigitsDataset
 from vitprune.errors import VitpruneError
 
-#: Where CIFAR is looked for (and downloaded to) when no root is given.
-DEFAULT_DATA_ROOT = Path("~/.cache/vitprune/data").expanduser()
 SPLITS = ("train", "val")
 
 #: spec -> (timm dataset name, display name)
@@ -44,7 +43,7 @@ def build_dataset(
 
     ``spec`` is ``digits``, ``cifar10``, ``cifar100`` or the path of an image folder (class
     sub-folders, optionally under ``train/`` and ``val/``). ``root`` is where CIFAR lives (default
-    :data:`DEFAULT_DATA_ROOT`); ``download`` fetches it if absent. ``is_training`` selects random
+    :func:`vitprune.cache.cache_dir` / ``data``); ``download`` fetches it if absent. ``is_training`` selects random
     augmentation and defaults to ``split == "train"``. ``data_config`` is a timm data config (for
     example ``resolve_data_config(model=model)``) whose mean, std, interpolation and crop are used
     instead of timm's ImageNet defaults; ``input_size`` always wins over its input size.
@@ -113,7 +112,7 @@ def _cifar(
     data_config: Mapping[str, Any] | None,
 ) -> Dataset:
     timm_name, label = _CIFAR[spec]
-    root_dir = Path(root).expanduser() if root else DEFAULT_DATA_ROOT
+    root_dir = Path(root).expanduser() if root else cache_dir() / "data"
     transform = _transform(input_size, is_training, data_config)
     try:
         return create_dataset(timm_name, root=str(root_dir), split=split, download=download, transform=transform)

@@ -1,6 +1,6 @@
 """Measurement: MACs and parameters of the model as it is, and honest wall-clock speed."""
 
-from vitprune.measure.context import Context, collect_context, device_name
+from vitprune.measure.context import Context, OtherLoad, collect_context, device_name, watch_other_load
 from vitprune.measure.macs import CONVENTIONS, BlockMacs, MacReport, count_macs, format_count, resolve_input_size
 from vitprune.measure.speed import Comparison, SpeedResult, Spread, compare_speed, measure_speed
 
@@ -10,6 +10,7 @@ __all__ = [
     "Comparison",
     "Context",
     "MacReport",
+    "OtherLoad",
     "SpeedResult",
     "Spread",
     "collect_context",
@@ -19,4 +20,5 @@ __all__ = [
     "format_count",
     "measure_speed",
     "resolve_input_size",
+    "watch_other_load",
 ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,8 +26,6 @@ class Context:
     batch_size: int
     threads: int
     cpu_count: int | None
-    #: 1-minute load average when the measurement started; well above zero means other work competed.
-    load_avg_1m: float | None
     torch: str
     timm: str
     vitprune: str
@@ -46,7 +47,6 @@ def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int) -
         batch_size=batch_size,
         threads=torch.get_num_threads(),
         cpu_count=os.cpu_count(),
-        load_avg_1m=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         torch=torch.__version__,
         timm=timm.__version__,
         vitprune=vitprune.__version__,
@@ -54,6 +54,39 @@ def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int) -
         platform=platform.platform(),
         cuda=torch.version.cuda if device.type == "cuda" else None,
     )
+
+
+@dataclass
+class OtherLoad:
+    """Share of the machine's CPU time that other processes used during a measurement.
+
+    0 means the machine was ours, 0.5 that half of all cores were busy elsewhere; ``None`` where
+    ``/proc/stat`` is unavailable. Timings taken with a share above a few percent are suspect.
+    """
+
+    share: float | None = None
+
+
+@contextlib.contextmanager
+def watch_other_load() -> Iterator[OtherLoad]:
+    """Measure :class:`OtherLoad` over the ``with`` block; the yielded object is filled in on exit."""
+    load = OtherLoad()
+    busy0, own0, wall0 = _machine_busy_seconds(), time.process_time(), time.perf_counter()
+    yield load
+    busy1, own1, wall1 = _machine_busy_seconds(), time.process_time(), time.perf_counter()
+    if busy0 is not None and busy1 is not None and wall1 > wall0:
+        other = (busy1 - busy0) - (own1 - own0)
+        load.share = min(max(other / ((wall1 - wall0) * (os.cpu_count() or 1)), 0.0), 1.0)
+
+
+def _machine_busy_seconds() -> float | None:
+    # Non-idle CPU time of all processes since boot; /proc/stat counts in clock ticks.
+    try:
+        with open("/proc/stat", encoding="utf-8") as f:
+            user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in f.readline().split()[1:8])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def device_name(device: torch.device) -> str:

@@ -22,7 +22,7 @@ from rich.progress import Progress
 from torch import nn
 
 from vitprune.errors import VitpruneError
-from vitprune.measure.context import Context, collect_context
+from vitprune.measure.context import Context, collect_context, watch_other_load
 from vitprune.measure.macs import resolve_input_size
 
 
@@ -55,6 +55,8 @@ class SpeedResult:
     samples_ms: list[float]
     warmup: int
     context: Context
+    #: Share of the machine's CPU time other processes used during the timed runs (see :class:`OtherLoad`).
+    other_load: float | None = None
 
     @property
     def batch_size(self) -> int:
@@ -92,15 +94,17 @@ class SpeedResult:
             "repeats": len(self.samples_ms),
             "warmup": self.warmup,
             "samples_ms": list(self.samples_ms),
+            "other_load": self.other_load,
             "context": self.context.to_dict(),
         }
 
     def summary(self) -> str:
         """One line: median with spread, throughput, and where it was measured."""
         s, c = self.spread, self.context
+        other = "" if self.other_load is None else f"; other processes used {self.other_load:.0%} of the CPU"
         return (f"{s.median:.2f} ms median (IQR {s.q1:.2f}-{s.q3:.2f}, min {s.min:.2f}, max {s.max:.2f}; "
                 f"{len(self.samples_ms)} runs), {self.throughput:.1f} img/s at batch {c.batch_size}, "
-                f"{c.dtype} on {c.device_name} ({c.threads} threads)")
+                f"{c.dtype} on {c.device_name} ({c.threads} threads{other})")
 
     def __str__(self) -> str:
         return self.summary()
@@ -171,10 +175,11 @@ def measure_speed(model: nn.Module, *, input_size: tuple[int, int, int] | None =
                 model(x)
                 step()
             samples = []
-            for _ in _timed_loop(dev, repeats):
-                samples.append(_time_once(model, x, dev))
-                step()
-    return SpeedResult(samples_ms=samples, warmup=warmup, context=context)
+            with watch_other_load() as other:
+                for _ in _timed_loop(dev, repeats):
+                    samples.append(_time_once(model, x, dev))
+                    step()
+    return SpeedResult(samples_ms=samples, warmup=warmup, context=context, other_load=other.share)
 
 
 def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[int, int, int] | None = None,
@@ -205,13 +210,14 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
                 model_a(x)
                 model_b(x)
                 step()
-            for i in _timed_loop(dev, pairs):
-                for k in ((0, 1) if i % 2 == 0 else (1, 0)):
-                    samples[k].append(_time_once(models[k], x, dev))
-                step()
+            with watch_other_load() as other:
+                for i in _timed_loop(dev, pairs):
+                    for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+                        samples[k].append(_time_once(models[k], x, dev))
+                    step()
     ratios = [tb / ta for ta, tb in zip(*samples, strict=True)]
-    return Comparison(a=SpeedResult(samples[0], warmup, context), b=SpeedResult(samples[1], warmup, context),
-                      ratios=ratios)
+    a, b = (SpeedResult(samples[k], warmup, context, other.share) for k in (0, 1))
+    return Comparison(a=a, b=b, ratios=ratios)
 
 
 def _resolve_device(device: str | torch.device) -> torch.device:

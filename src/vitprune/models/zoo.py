@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from rich.console import Console
 from torch import nn
 
+from vitprune.cache import cache_dir
 from vitprune.errors import RecipeError
-from vitprune.recipe import BaseModel, Recipe, load, read_document, save, set_recipe
+from vitprune.recipe import BaseModel, Recipe, load, save, set_recipe
 
 #: Bump when the digits model's architecture or training recipe changes, so stale caches are not reused.
 DIGITS_VIT_CACHE_NAME = "digits-vit-v1"
-
-
-def cache_dir() -> Path:
-    """Where trained models are cached: ``$VITPRUNE_CACHE``, else ``~/.cache/vitprune``."""
-    return Path(os.environ.get("VITPRUNE_CACHE") or Path.home() / ".cache" / "vitprune")
 
 
 def trained_digits_vit(*, progress: bool = True) -> nn.Module:
@@ -37,8 +30,3 @@ def trained_digits_vit(*, progress: bool = True) -> nn.Module:
     save(model, path, metadata={"trained_on": "digits", **metrics})
     return model.eval()
 
-
-def digits_vit_metrics() -> dict:
-    """The training metrics stored with the cached digits model (empty if not trained yet)."""
-    path = cache_dir() / DIGITS_VIT_CACHE_NAME
-    return read_document(path).get("metadata", {}) if path.exists() else {}

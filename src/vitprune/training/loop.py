@@ -9,7 +9,7 @@ function -- :func:`train_one_epoch` runs :func:`train_step` over a loader -- so 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
 
 import torch
@@ -129,28 +129,31 @@ def train_step(
 
 @torch.inference_mode()
 def evaluate(
-    model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, device: torch.device | str | None = None
+    model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, device: torch.device | str | None = None,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Accuracy and loss of ``model`` over ``loader``.
 
     Returns ``top1`` (a fraction in [0, 1]), ``top5`` (only when the model has at least 5 classes),
     ``loss`` (mean cross-entropy) and ``count`` (number of samples). The model's train/eval mode is
-    restored afterwards.
+    restored afterwards. ``progress`` shows a bar on stderr.
     """
     device = torch.device(device) if device is not None else _model_device(model)
     was_training = model.training
     model.eval()
     try:
         loss_sum, top1, top5, count, num_classes = 0.0, 0, 0, 0, 0
-        for images, targets in loader:
-            images, targets = images.to(device), targets.to(device)
-            logits = model(images)
-            num_classes = logits.shape[1]
-            loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
-            hits = logits.topk(min(5, num_classes), dim=1).indices == targets[:, None]
-            top1 += int(hits[:, 0].sum())
-            top5 += int(hits.any(dim=1).sum())
-            count += len(targets)
+        with _progress_bar(progress) as bar:
+            task = bar.add_task("evaluating", total=len(loader) if isinstance(loader, Sized) else None, stats="")
+            for images, targets in bar.track(loader, task_id=task):
+                images, targets = images.to(device), targets.to(device)
+                logits = model(images)
+                num_classes = logits.shape[1]
+                loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
+                hits = logits.topk(min(5, num_classes), dim=1).indices == targets[:, None]
+                top1 += int(hits[:, 0].sum())
+                top5 += int(hits.any(dim=1).sum())
+                count += len(targets)
     finally:
         model.train(was_training)
     if count == 0:

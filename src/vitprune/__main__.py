@@ -1,0 +1,3 @@
+from vitprune.cli import main
+
+main()

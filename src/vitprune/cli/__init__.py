@@ -1,0 +1,5 @@
+"""Command-line interface (``vitprune ...``)."""
+
+from vitprune.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,51 @@
+"""The ``vitprune`` command: one Typer app; user errors end as one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+import typer
+from rich.console import Console
+
+from vitprune.errors import VitpruneError
+
+app = typer.Typer(
+    name="vitprune",
+    help="Turn a trained vision transformer into a physically smaller, measurably faster one.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+#: Human-readable output; machine-readable JSON goes to stdout through :func:`print_json`.
+console = Console()
+err_console = Console(stderr=True)
+
+MODEL_HELP = "A timm model name, 'digits-vit' (the embedded default), or a directory written by vitprune."
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as JSON on stdout (nothing else is printed there in --json mode)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
+    from vitprune.cli import commands, demo  # noqa: F401  (registers the commands on ``app``)
+
+    try:
+        app(args=argv, standalone_mode=False)
+    except VitpruneError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        err_console.print("interrupted")
+        sys.exit(130)

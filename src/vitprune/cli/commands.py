@@ -1,0 +1,141 @@
+"""``profile``, ``bench``, ``eval`` and ``info``: look at a model without changing it."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import torch
+import typer
+from rich.table import Table
+
+from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
+from vitprune.errors import VitpruneError
+from vitprune.models import resolve_model
+from vitprune.recipe import read_document
+
+
+class Convention(str, Enum):
+    full = "full"
+    linear = "linear"
+
+
+class DType(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N.")
+CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
+
+
+def _device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise VitpruneError(f"device {name} requested but CUDA is not available on this machine")
+    return device
+
+
+@app.command()
+def profile(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    convention: Convention = typer.Option(
+        Convention.full, help="full: with attention matmuls (QK^T, AV); linear: linear/conv layers only."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """MACs (per image) and parameters, block by block. Weights are not needed and never downloaded."""
+    from vitprune.measure import count_macs
+
+    report = count_macs(resolve_model(model, pretrained=False), convention=convention.value)
+    if json_out:
+        print_json({"model": model, **report.to_dict()})
+    else:
+        render_profile(model, report)
+
+
+@app.command()
+def bench(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    vs: Optional[str] = typer.Option(None, "--vs", help="Compare against OTHER: speedup = OTHER's time / MODEL's time."),
+    batch_size: int = typer.Option(1, "--batch-size", "-b", min=1, help="1 measures latency; larger, throughput."),
+    repeats: int = typer.Option(20, min=3, help="Timed runs (pairs with --vs)."),
+    warmup: int = typer.Option(5, min=0, help="Untimed runs first."),
+    device: str = DEVICE_OPT,
+    dtype: DType = typer.Option(DType.float32, help="Weights and input dtype."),
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: torch's)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Measured latency/throughput: warm-up, repeats, median and spread; with --vs, alternating A/B pairs."""
+    from vitprune.measure import compare_speed, measure_speed
+
+    options = dict(batch_size=batch_size, device=_device(device), dtype=getattr(torch, dtype.value),
+                   warmup=warmup, threads=threads, progress=not json_out)
+    subject = resolve_model(model, pretrained=False)
+    if vs is None:
+        result = measure_speed(subject, repeats=repeats, **options)
+        if json_out:
+            print_json({"model": model, **result.to_dict()})
+        else:
+            render_speed(model, result)
+        return
+    comparison = compare_speed(subject, resolve_model(vs, pretrained=False), pairs=repeats, **options)
+    if json_out:
+        print_json({"model": model, "vs": vs, **comparison.to_dict()})
+    else:
+        render_comparison(model, vs, comparison)
+
+
+@app.command("eval")
+def evaluate_cmd(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    split: str = typer.Option("val", help="Dataset split."),
+    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
+    device: str = DEVICE_OPT,
+    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Load pretrained weights."),
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Top-1/top-5 accuracy and loss of MODEL on a dataset split."""
+    from vitprune.adapters import get_adapter
+    from vitprune.data import build_dataset, build_loader
+    from vitprune.training import evaluate
+
+    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(_device(device))
+    input_size = get_adapter(net).input_size
+    dataset = build_dataset(data, split, input_size=input_size, root=data_root, download=download, is_training=False)
+    metrics = evaluate(net, build_loader(dataset, batch_size, shuffle=False, seed=0), progress=not json_out)
+    if json_out:
+        print_json({"model": model, "data": data, "split": split, **metrics})
+    else:
+        render_eval(model, data, split, metrics)
+
+
+@app.command()
+def info(directory: Path = typer.Argument(..., help="A directory written by vitprune."), json_out: bool = JSON_OPT) -> None:
+    """The recipe of a saved model: base model, ordered edits, metadata, software versions."""
+    doc = read_document(directory)
+    if json_out:
+        print_json(doc)
+        return
+    base = doc["base"]
+    console.print(f"[bold]{directory}[/]  recipe {doc['format']} v{doc['version']}")
+    console.print(f"base: {base['source']}:{base['name']} {base['kwargs'] or ''}  weights: {base['weights']}")
+    table = Table("#", "edit", "arguments", title=f"{len(doc['edits'])} edits")
+    for i, edit in enumerate(doc["edits"]):
+        table.add_row(str(i), edit["op"], _short(edit["args"]))
+    console.print(table)
+    for key, value in doc.get("metadata", {}).items():
+        console.print(f"{key}: {value}")
+    console.print("saved with " + ", ".join(f"{k} {v}" for k, v in doc.get("software", {}).items()))
+
+
+def _short(args: dict, limit: int = 80) -> str:
+    text = ", ".join(f"{k}={v}" for k, v in args.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

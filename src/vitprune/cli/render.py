@@ -1,0 +1,65 @@
+"""Rich tables for the commands' human-readable output. Every table says what it measured and how."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from vitprune.cli.app import console
+from vitprune.measure import Comparison, MacReport, SpeedResult, format_count
+
+
+def render_profile(model: str, report: MacReport) -> None:
+    """Per-block MACs and the totals, titled with the convention (the linear one has no attention-matmul column)."""
+    c, h, w = report.input_size
+    full = report.convention == "full"
+    columns = ["block", "tokens", "heads", "mlp hidden", "attn linear", *(["attn matmul"] if full else []), "mlp",
+               "total"]
+    table = Table(*columns, title=f"{model}: MACs per image at {c}x{h}x{w}, convention '{report.convention}' "
+                                  f"({report.convention_description})")
+    table.columns[0].no_wrap = True
+    for b in report.blocks:
+        matmul = [format_count(b.attn_matmul)] if full else []
+        table.add_row(str(b.index), str(b.tokens), str(b.heads), "-" if b.mlp_hidden is None else str(b.mlp_hidden),
+                      format_count(b.attn_linear), *matmul, format_count(b.mlp), format_count(b.total(report.convention)))
+    for name, macs in report.other.items():
+        table.add_row(name, *[""] * (len(columns) - 2), format_count(macs))
+    console.print(table)
+    console.print(f"[bold]MACs ({report.convention}):[/] {format_count(report.macs)} ({report.macs:,})   "
+                  f"[bold]params:[/] {format_count(report.params)} ({report.params:,})")
+
+
+def _context_line(result: SpeedResult) -> str:
+    c = result.context
+    return (f"{c.device_name} ({c.device}), {c.dtype}, batch {c.batch_size}, {c.threads} threads, "
+            f"torch {c.torch}, {len(result.samples_ms)} timed runs after {result.warmup} warm-up")
+
+
+def render_speed(model: str, result: SpeedResult) -> None:
+    """Median latency per batch with its spread, and the throughput it implies."""
+    s = result.spread
+    table = Table("model", "median ms/batch", "IQR ms", "min–max ms", "images/s", title=_context_line(result))
+    table.add_row(model, f"{s.median:.2f}", f"{s.q1:.2f}–{s.q3:.2f}", f"{s.min:.2f}–{s.max:.2f}",
+                  f"{result.throughput:.1f}")
+    console.print(table)
+
+
+def render_comparison(model: str, other: str, comparison: Comparison) -> None:
+    """Both models' timings and the pair-by-pair speedup of MODEL over OTHER."""
+    table = Table("model", "median ms/batch", "IQR ms", "images/s", title=_context_line(comparison.a))
+    for name, result in ((model, comparison.a), (other, comparison.b)):
+        s = result.spread
+        table.add_row(name, f"{s.median:.2f}", f"{s.q1:.2f}–{s.q3:.2f}", f"{result.throughput:.1f}")
+    console.print(table)
+    s = comparison.spread
+    console.print(f"[bold]speedup[/] of {model} over {other} ({other}'s time ÷ {model}'s, median of "
+                  f"{len(comparison.ratios)} alternating pairs): [bold]{s.median:.3f}×[/] "
+                  f"(IQR {s.q1:.3f}–{s.q3:.3f}, min {s.min:.3f}, max {s.max:.3f})")
+
+
+def render_eval(model: str, data: str, split: str, metrics: dict) -> None:
+    """Accuracy and loss on one split."""
+    table = Table("model", "data", "images", "top-1", "top-5", "loss")
+    top5 = metrics.get("top5")
+    table.add_row(model, f"{data}/{split}", str(metrics["count"]), f"{100 * metrics['top1']:.2f}%",
+                  "-" if top5 is None else f"{100 * top5:.2f}%", f"{metrics['loss']:.4f}")
+    console.print(table)
