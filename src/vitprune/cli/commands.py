@@ -12,7 +12,7 @@ from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
-from vitprune.errors import VitpruneError
+from vitprune.device import resolve_device
 from vitprune.models import resolve_model
 from vitprune.recipe import read_document
 
@@ -31,13 +31,6 @@ class DType(str, Enum):
 JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N.")
 CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
-
-
-def _device(name: str) -> torch.device:
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise VitpruneError(f"device {name} requested but CUDA is not available on this machine")
-    return device
 
 
 @app.command()
@@ -72,7 +65,7 @@ def bench(
     """Measured latency/throughput: warm-up, repeats, median and spread; with --vs, alternating A/B pairs."""
     from vitprune.measure import compare_speed, measure_speed
 
-    options = dict(batch_size=batch_size, device=_device(device), dtype=getattr(torch, dtype.value),
+    options = dict(batch_size=batch_size, device=resolve_device(device), dtype=getattr(torch, dtype.value),
                    warmup=warmup, threads=threads, progress=not json_out)
     subject = resolve_model(model, pretrained=False)
     if vs is None:
@@ -107,7 +100,7 @@ def evaluate_cmd(
     from vitprune.data import build_dataset, build_loader
     from vitprune.training import evaluate
 
-    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(_device(device))
+    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
     input_size = get_adapter(net).input_size
     dataset = build_dataset(data, split, input_size=input_size, root=data_root, download=download, is_training=False)
     metrics = evaluate(net, build_loader(dataset, batch_size, shuffle=False, seed=0), progress=not json_out)

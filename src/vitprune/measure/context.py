@@ -1,4 +1,4 @@
-"""Where a timing was taken: hardware, software and settings, recorded next to every figure."""
+"""Where a timing was taken: hardware, software, settings, and how busy the machine was meanwhile."""
 
 from __future__ import annotations
 

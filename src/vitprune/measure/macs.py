@@ -34,6 +34,7 @@ class BlockMacs:
     index: int
     tokens: int
     heads: int
+    #: ``None`` where the MLP was removed or merged into one Linear.
     mlp_hidden: int | None
     attn_linear: int = 0
     attn_matmul: int = 0

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import Progress
 from torch import nn
 
+from vitprune.device import resolve_device
 from vitprune.errors import VitpruneError
 from vitprune.measure.context import Context, collect_context, watch_other_load
 from vitprune.measure.macs import resolve_input_size
@@ -165,7 +166,7 @@ def measure_speed(model: nn.Module, *, input_size: tuple[int, int, int] | None =
     module. ``threads`` sets torch's intra-op thread count for the measurement only. On CUDA each
     pass is timed with CUDA events; on CPU with ``time.perf_counter``.
     """
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     _check_counts(warmup, batch_size=batch_size, repeats=repeats)
     x = _make_input(model, input_size, batch_size, dev, dtype)
     with _session([model], dev, dtype, threads):
@@ -194,7 +195,7 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
     Both models get the same input; ``input_size`` defaults to the models' own, which must agree.
     Other settings as in :func:`measure_speed`.
     """
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     _check_counts(warmup, batch_size=batch_size, pairs=pairs)
     if input_size is None:
         size_a, size_b = resolve_input_size(model_a), resolve_input_size(model_b)
@@ -218,18 +219,6 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
     ratios = [tb / ta for ta, tb in zip(*samples, strict=True)]
     a, b = (SpeedResult(samples[k], warmup, context, other.share) for k in (0, 1))
     return Comparison(a=a, b=b, ratios=ratios)
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise VitpruneError(f"unknown device {str(device)!r} (use 'cpu' or 'cuda')") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise VitpruneError(f"unsupported device {str(device)!r} for timing (use 'cpu' or 'cuda')")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise VitpruneError(f"device {str(device)!r} requested but CUDA is not available on this machine")
-    return dev
 
 
 def _fmt(size: tuple[int, ...]) -> str:
