@@ -99,3 +99,10 @@ def test_unusable_cache_is_retrained(monkeypatch):
     model = trained_digits_vit(progress=False)
     assert read_document(path)["metadata"] == {"trained_on": "digits", "val_top1": 0.1}
     assert get_recipe(model).base.name == "digits-vit"
+
+
+def test_trained_digits_takes_no_architecture_changes():
+    from vitprune.errors import VitpruneError
+
+    with pytest.raises(VitpruneError, match=r"trained digits-vit exists only for its default architecture; drop \['depth'\]"):
+        create_model("digits-vit", pretrained=True, depth=2)

@@ -47,6 +47,9 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.Pa
         if pretrained:
             from vitprune.models.zoo import trained_digits_vit  # the zoo saves with this module's recipes
 
+            if kwargs:
+                raise VitpruneError(f"trained {name} exists only for its default architecture; drop {sorted(kwargs)}")
+
             return trained_digits_vit()
         base = BaseModel(source="vitprune", name=name, kwargs=kwargs)
         model = build_base(base)
@@ -84,7 +87,11 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
         raise VitpruneError(f"cannot read checkpoint {path}: {type(exc).__name__}: {_first_line(exc)}") from None
     check_state_dict(model, state, str(path))
     model.load_state_dict(state)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _create_timm(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
