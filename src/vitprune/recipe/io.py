@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import torch
 from torch import nn
 
 import vitprune
+from vitprune.atomic import atomic_directory
 from vitprune.errors import RecipeError, VitpruneError
 from vitprune.recipe.edits import replay
 from vitprune.recipe.recipe import Recipe, require_recipe, set_recipe
@@ -37,31 +36,15 @@ def save(model: nn.Module, directory: str | os.PathLike, *, metadata: dict[str, 
     target = Path(directory)
     if target.exists() and not (target / RECIPE_FILE).is_file():
         raise VitpruneError(f"refusing to overwrite {target}: it exists and is not a vitprune save")
-    target.parent.mkdir(parents=True, exist_ok=True)
     document = {
         **recipe.to_dict(),
         "metadata": metadata or {},
         "software": {"vitprune": vitprune.__version__, "torch": torch.__version__, "timm": timm.__version__},
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with atomic_directory(target) as tmp:
         (tmp / RECIPE_FILE).write_text(json.dumps(document, indent=2) + "\n")
         safetensors.torch.save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "vitprune"})
-        _replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
-
-
-def _replace_dir(new: Path, target: Path) -> None:
-    if not target.exists():
-        os.replace(new, target)
-        return
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    os.replace(target, old)
-    os.replace(new, target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_document(directory: str | os.PathLike) -> dict[str, Any]:

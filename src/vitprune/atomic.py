@@ -1,0 +1,34 @@
+"""Write a directory under a temporary name and rename it into place only when it is complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield a fresh temporary sibling of ``target``; on success it replaces ``target``, on any error it is removed.
+
+    A previous ``target`` stays intact until the new one is complete, so an interrupted writer never
+    leaves a half-written directory under the real name.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

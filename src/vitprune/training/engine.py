@@ -1,0 +1,298 @@
+"""The fine-tuning engine every method uses to recover accuracy after structural edits.
+
+One :class:`Trainer` runs epochs of optimisation steps with AMP (on CUDA), gradient accumulation,
+clipping, optional EMA and a per-step warm-up + cosine schedule (timm's optimizer and scheduler
+factories). Methods plug in through :class:`TrainHooks` (extra loss terms, their own schedules,
+parameter groups with their own learning rates). Runs checkpoint atomically into a run directory
+and resume exactly where they stopped, mid-epoch included; Ctrl-C saves and exits cleanly, and a
+non-finite loss stops the run, keeping the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import safetensors.torch
+import torch
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from timm.utils import ModelEmaV3
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from vitprune.atomic import atomic_directory
+from vitprune.errors import VitpruneError
+from vitprune.recipe import get_recipe, save
+from vitprune.training.sampler import ResumableSampler
+
+#: Names inside a run directory.
+CHECKPOINT_DIR = "checkpoint"
+MODEL_DIR = "model"
+STATE_FILE = "state.pt"
+METRICS_FILE = "metrics.jsonl"
+
+#: ``criterion(images, outputs, targets) -> loss``; images are passed so a distillation loss can run its teacher.
+Criterion = Callable[[torch.Tensor, Any, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a run's result (saved in each checkpoint and checked on resume)."""
+
+    epochs: int
+    lr: float
+    batch_size: int = 64
+    optimizer: str = "adamw"
+    momentum: float = 0.9
+    weight_decay: float = 0.05
+    warmup_epochs: float = 0.0
+    min_lr: float = 0.0
+    label_smoothing: float = 0.0
+    clip_grad: float | None = None
+    accum_steps: int = 1
+    amp: bool = True
+    ema_decay: float | None = None
+    seed: int = 0
+    checkpoint_every: int = 0
+
+    def validate(self) -> None:
+        """Raise a one-line error for settings that cannot run."""
+        checks = [
+            (self.epochs >= 1, f"epochs must be at least 1, got {self.epochs}"),
+            (self.lr > 0, f"learning rate must be positive, got {self.lr}"),
+            (self.batch_size >= 1, f"batch size must be at least 1, got {self.batch_size}"),
+            (self.accum_steps >= 1, f"accumulation steps must be at least 1, got {self.accum_steps}"),
+            (self.optimizer in ("adamw", "sgd"), f"unknown optimizer {self.optimizer!r} (use adamw or sgd)"),
+            (self.ema_decay is None or 0 < self.ema_decay < 1, f"EMA decay must lie in (0, 1), got {self.ema_decay}"),
+            (self.checkpoint_every >= 0, "checkpoint_every must be >= 0 (0: at epoch ends only)"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise VitpruneError(message)
+
+
+class TrainHooks:
+    """Extension points for methods; every default does nothing."""
+
+    def param_groups(self, model: nn.Module, config: TrainConfig) -> list[dict] | None:
+        """Custom optimizer parameter groups (each may set its own ``lr``), or ``None`` for timm's default."""
+        return None
+
+    def on_step_start(self, trainer: Trainer) -> None:
+        """Before each optimisation step (``trainer.step`` counts completed steps): anneal a temperature, etc."""
+
+    def extra_loss(self, trainer: Trainer, images: torch.Tensor, outputs: Any) -> torch.Tensor | None:
+        """A term added to the loss of each micro-batch (e.g. a MAC penalty), or ``None``."""
+        return None
+
+    def on_epoch_end(self, trainer: Trainer, stats: dict[str, float]) -> None:
+        """After each epoch's statistics are known."""
+
+
+class _Supervised(nn.Module):
+    """Cross-entropy with label smoothing in the engine's ``criterion(images, outputs, targets)`` form."""
+
+    def __init__(self, label_smoothing: float) -> None:
+        super().__init__()
+        self.ce = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+
+    def forward(self, images: torch.Tensor, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        return self.ce(_logits(outputs), targets)
+
+
+def _logits(outputs: Any) -> torch.Tensor:
+    # A distilled DeiT in training mode returns (class-head, distillation-head) logits.
+    return outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+
+
+class Trainer:
+    """Fine-tune ``model`` in place on ``train_set``; see the module docstring."""
+
+    def __init__(self, model: nn.Module, train_set: Dataset, config: TrainConfig, *, run_dir: str | Path | None = None,
+                 criterion: Criterion | None = None, hooks: TrainHooks | None = None,
+                 device: torch.device | str = "cpu") -> None:
+        config.validate()
+        self.model, self.config = model.to(device), config
+        self.device = torch.device(device)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.criterion = criterion if criterion is not None else _Supervised(config.label_smoothing)
+        self.hooks = hooks or TrainHooks()
+        self.sampler = ResumableSampler(len(train_set), shuffle=True, seed=config.seed)
+        # Its own generator: creating an iterator would otherwise draw from the global RNG that resuming restores.
+        self.loader = DataLoader(train_set, batch_size=config.batch_size, sampler=self.sampler,
+                                 generator=torch.Generator().manual_seed(config.seed))
+        self.batches_per_epoch = len(self.loader)
+        self.steps_per_epoch = math.ceil(self.batches_per_epoch / config.accum_steps)
+        groups = self.hooks.param_groups(model, config)
+        self.optimizer = create_optimizer_v2(groups if groups is not None else model, config.optimizer, lr=config.lr,
+                                             weight_decay=config.weight_decay, momentum=config.momentum)
+        self.scheduler = CosineLRScheduler(
+            self.optimizer, t_initial=config.epochs * self.steps_per_epoch,
+            warmup_t=round(config.warmup_epochs * self.steps_per_epoch), warmup_lr_init=config.lr * 1e-3,
+            lr_min=config.min_lr, t_in_epochs=False)
+        use_amp = config.amp and self.device.type == "cuda"
+        self.amp_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if use_amp else None
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
+        self.epoch, self.batch, self.step = 0, 0, 0
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def fit(self, *, resume: bool = False, on_batch: Callable[[Trainer, float], None] | None = None) -> list[dict]:
+        """Run to the last epoch; returns one stats dict per epoch run in this call.
+
+        ``resume`` continues from the run directory's checkpoint, if there is one. ``on_batch`` is
+        called after every micro-batch with the running loss (the CLI's progress bar hooks in here).
+        """
+        if self.run_dir is not None and (self.run_dir / CHECKPOINT_DIR).exists():
+            if not resume:
+                raise VitpruneError(f"{self.run_dir} already holds a checkpoint; pass --resume to continue it")
+            self._resume()
+        else:
+            _seed_all(self.config.seed)
+        history = []
+        self.model.train()
+        try:
+            while self.epoch < self.config.epochs:
+                stats = self._run_epoch(on_batch)
+                self.epoch, self.batch = self.epoch + 1, 0
+                self.hooks.on_epoch_end(self, stats)
+                history.append(stats)
+                self._log(stats)
+                self.save_checkpoint()
+        except KeyboardInterrupt:
+            # Partial accumulation is dropped: resuming is exact when the interrupt falls on a step boundary.
+            self.batch -= self.batch % self.config.accum_steps
+            self.save_checkpoint()
+            raise
+        return history
+
+    def _run_epoch(self, on_batch: Callable[[Trainer, float], None] | None) -> dict[str, float]:
+        cfg, start = self.config, time.perf_counter()
+        self.sampler.set_epoch(self.epoch, start=self.batch * cfg.batch_size)
+        loss_sum, correct, count = 0.0, 0, 0
+        # The loader draws augmentation randomness as it fetches a batch, so the RNG state worth saving is
+        # the one at the last batch boundary, not the one at the moment of an interrupt.
+        self._boundary_rng = _rng_state()
+        for images, targets in self.loader:
+            images, targets = images.to(self.device), targets.to(self.device)
+            first_of_step = self.batch % cfg.accum_steps == 0
+            if first_of_step:
+                self.hooks.on_step_start(self)
+            loss, outputs = self._forward_backward(images, targets)
+            self.batch += 1
+            last_of_step = self.batch % cfg.accum_steps == 0 or self.batch == self.batches_per_epoch
+            if last_of_step:
+                self._optimizer_step()
+            loss_sum += loss * len(targets)
+            correct += int((_logits(outputs).argmax(dim=1) == targets).sum()) if targets.ndim == 1 else 0
+            count += len(targets)
+            if on_batch is not None:
+                on_batch(self, loss_sum / count)
+            self._boundary_rng = _rng_state()
+            if last_of_step and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 \
+                    and self.batch < self.batches_per_epoch:
+                self.save_checkpoint()
+        seconds = time.perf_counter() - start
+        return {"epoch": self.epoch + 1, "step": self.step, "loss": loss_sum / count, "top1": correct / count,
+                "lr": self.optimizer.param_groups[0]["lr"], "seconds": seconds, "images_per_s": count / seconds}
+
+    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[float, Any]:
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            outputs = self.model(images)
+            loss = self.criterion(images, outputs, targets)
+            extra = self.hooks.extra_loss(self, images, outputs)
+            if extra is not None:
+                loss = loss + extra
+        value = loss.item()
+        if not math.isfinite(value):
+            where = f"{self.run_dir / CHECKPOINT_DIR}" if self.run_dir is not None else "not kept (no run directory)"
+            raise VitpruneError(f"loss became {value} at epoch {self.epoch + 1}, batch {self.batch + 1}; "
+                                f"stopped, the last good checkpoint is {where}")
+        self.scaler.scale(loss / self.config.accum_steps).backward()
+        return value, outputs
+
+    def _optimizer_step(self) -> None:
+        if self.config.clip_grad is not None:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.scheduler.step_update(num_updates=self.step)
+        if self.ema is not None:
+            self.ema.update(self.model, step=self.step)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> None:
+        """Write model (recipe format), optimizer, scheduler, scaler, EMA, RNG and position, atomically."""
+        if self.run_dir is None:
+            return
+        with atomic_directory(self.run_dir / CHECKPOINT_DIR) as tmp:
+            save(self.model, tmp / MODEL_DIR)
+            state = {
+                "config": asdict(self.config), "epoch": self.epoch, "batch": self.batch, "step": self.step,
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "rng": self._boundary_rng if self.batch else _rng_state(),
+            }
+            torch.save(state, tmp / STATE_FILE)
+            if self.ema is not None:
+                safetensors.torch.save_model(self.ema.module, str(tmp / "ema.safetensors"))
+
+    def _resume(self) -> None:
+        path = self.run_dir / CHECKPOINT_DIR
+        state = torch.load(path / STATE_FILE, weights_only=True)
+        if state["config"] != asdict(self.config):
+            changed = sorted(k for k in state["config"] if state["config"][k] != asdict(self.config).get(k))
+            raise VitpruneError(f"cannot resume {self.run_dir}: settings differ from the checkpoint's ({', '.join(changed)})")
+        saved = json.loads((path / MODEL_DIR / "recipe.json").read_text())
+        if get_recipe(self.model) is not None and saved["edits"] != get_recipe(self.model).to_dict()["edits"]:
+            raise VitpruneError(f"cannot resume {self.run_dir}: the model's structure differs from the checkpoint's")
+        safetensors.torch.load_model(self.model, str(path / MODEL_DIR / "model.safetensors"), device=str(self.device))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        if self.ema is not None:
+            safetensors.torch.load_model(self.ema.module, str(path / "ema.safetensors"), device=str(self.device))
+        self.epoch, self.batch, self.step = state["epoch"], state["batch"], state["step"]
+        _set_rng_state(state["rng"])
+
+    def _log(self, stats: dict[str, float]) -> None:
+        if self.run_dir is None:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / METRICS_FILE).open("a") as f:
+            f.write(json.dumps(stats) + "\n")
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    # Plain tensors and lists only, so the state loads with torch.load(weights_only=True).
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,229 @@
+"""The distributed layer: single-process identities, exact moment merging, and a real 2-process gloo run."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from vitprune.errors import VitpruneError
+from vitprune.training.distributed import (
+    DistContext,
+    all_reduce_sum,
+    broadcast_object,
+    empty_moments,
+    init_distributed,
+    is_main_process,
+    merge_moments,
+    reduce_metrics,
+    reduce_moments,
+    shutdown_distributed,
+    unwrap_model,
+    welford_update,
+    wrap_model,
+)
+
+WORKER = Path(__file__).with_name("_dist_worker.py")
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture
+def no_torchrun_env(monkeypatch):
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _samples(n: int = 40, features: int = 5) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    # Far from zero on purpose: a naive sum-of-squares variance would lose most digits here.
+    return 1e4 + torch.randn(n, features, generator=gen, dtype=torch.float64) * torch.arange(1, features + 1)
+
+
+def _whole(x: torch.Tensor) -> tuple[float, torch.Tensor, torch.Tensor]:
+    return len(x), x.mean(dim=0), x.var(dim=0, correction=0) * len(x)
+
+
+def _assert_moments(got, expected) -> None:
+    count, mean, m2 = got
+    assert count.dtype == mean.dtype == m2.dtype == torch.float64
+    assert count.item() == expected[0]
+    torch.testing.assert_close(mean, expected[1], rtol=1e-13, atol=0)
+    torch.testing.assert_close(m2, expected[2], rtol=1e-10, atol=0)
+
+
+# ---------------------------------------------------------------- single process
+
+
+@pytest.mark.parametrize("world_size", [None, "1"])
+def test_single_process_context(no_torchrun_env, monkeypatch, world_size):
+    if world_size is not None:
+        monkeypatch.setenv("WORLD_SIZE", world_size)
+    ctx = init_distributed("cpu")
+    assert ctx == DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None)
+    assert ctx.is_main and is_main_process(ctx) and is_main_process()
+    assert not torch.distributed.is_initialized()
+    shutdown_distributed()  # nothing to shut down: a no-op
+
+
+def test_single_process_reductions_are_identities(no_torchrun_env):
+    x = torch.tensor([1.0, -2.0, 3.5])
+    summed = all_reduce_sum(x)
+    assert summed is not x and torch.equal(summed, x)
+    assert reduce_metrics({"top1": 3.0, "loss": 6.0}, 4) == {"loss": 1.5, "top1": 0.75, "count": 4}
+    plan = {"keep": [0, 2]}
+    assert broadcast_object(plan) is plan
+    count, mean, m2 = reduce_moments(torch.tensor(3), torch.tensor([1.0, 2.0]), torch.tensor([0.5, 4.0]))
+    assert count.item() == 3 and mean.tolist() == [1.0, 2.0] and m2.tolist() == [0.5, 4.0]
+    assert mean.dtype == torch.float64
+
+
+def test_single_process_wrap_is_the_model(no_torchrun_env):
+    model = nn.Linear(3, 2)
+    assert wrap_model(model, init_distributed("cpu")) is model
+    assert unwrap_model(model) is model
+
+
+def test_welford_over_batches_equals_whole_data():
+    x = _samples()
+    state = empty_moments(x.shape[1])
+    for chunk in x.split(7):  # uneven last chunk
+        state = welford_update(*state, chunk)
+    _assert_moments(state, _whole(x))
+
+
+def test_welford_counts_every_token_as_a_sample():
+    x = _samples(n=24)
+    state = welford_update(*empty_moments(5), x.reshape(4, 6, 5))
+    _assert_moments(state, _whole(x))
+
+
+def test_welford_ignores_empty_batches():
+    x = _samples(n=10)
+    state = welford_update(*empty_moments(5), x)
+    _assert_moments(welford_update(*state, x[:0]), _whole(x))
+
+
+def test_merge_of_two_halves_equals_whole():
+    x = _samples()
+    first = welford_update(*empty_moments(5), x[:13])
+    second = welford_update(*empty_moments(5), x[13:])
+    _assert_moments(merge_moments(first, second), _whole(x))
+    _assert_moments(merge_moments(second, first), _whole(x))
+
+
+def test_merge_with_empty_set_is_identity():
+    x = _samples(n=9)
+    state = welford_update(*empty_moments(5), x)
+    _assert_moments(merge_moments(empty_moments(5), state), _whole(x))
+    _assert_moments(merge_moments(state, empty_moments(5)), _whole(x))
+    count, mean, m2 = merge_moments(empty_moments(5), empty_moments(5))
+    assert count.item() == 0 and not mean.any() and not m2.any()
+
+
+def test_merge_accepts_per_feature_counts():
+    x = _samples(n=12, features=2)
+    a = (torch.tensor([5.0, 5.0], dtype=torch.float64), *_whole(x[:5])[1:])
+    b = (torch.tensor([7.0, 7.0], dtype=torch.float64), *_whole(x[5:])[1:])
+    count, mean, m2 = merge_moments(a, b)
+    assert count.tolist() == [12.0, 12.0]
+    _assert_moments((torch.tensor(12.0, dtype=torch.float64), mean, m2), _whole(x))
+
+
+def test_user_mistakes_raise_one_line_errors(no_torchrun_env, monkeypatch):
+    with pytest.raises(VitpruneError, match="reserved"):
+        reduce_metrics({"count": 1.0}, 1)
+    with pytest.raises(VitpruneError, match="zero samples"):
+        reduce_metrics({"loss": 0.0}, 0)
+    with pytest.raises(VitpruneError, match="does not end in 5 features"):
+        welford_update(*empty_moments(5), torch.zeros(3, 4))
+    with pytest.raises(VitpruneError, match="count must be a scalar"):
+        reduce_moments(torch.ones(2, 2), torch.zeros(2), torch.zeros(2))
+    with pytest.raises(VitpruneError, match="rank 1"):
+        broadcast_object("plan", src=1)
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(VitpruneError, match="WORLD_SIZE='two' is not an integer"):
+        init_distributed("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(VitpruneError, match="RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set; launch with torchrun"):
+        init_distributed("cpu")
+    for name, value in [("RANK", "2"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")]:
+        monkeypatch.setenv(name, value)
+    with pytest.raises(VitpruneError, match="RANK=2"):
+        init_distributed("cpu")
+    assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_cuda_is_a_user_error(no_torchrun_env):
+    with pytest.raises(VitpruneError, match="CUDA is not available"):
+        init_distributed("cuda")
+
+
+# ---------------------------------------------------------------- two processes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """Runs the worker under ``torchrun --nproc_per_node 2`` (gloo, loopback only) and returns its JSON."""
+    out = tmp_path_factory.mktemp("dist") / "out.json"
+    env = {name: value for name, value in os.environ.items() if name not in TORCHRUN_VARS}
+    env["OMP_NUM_THREADS"] = "1"
+    if sys.platform == "linux":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), str(out),
+    ]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(out.read_text())
+
+
+def test_two_ranks_contexts(two_rank_run):
+    reports = two_rank_run["reports"]
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert [r["is_main"] for r in reports] == [True, False]
+    assert [r["is_main_process"] for r in reports] == [True, False]
+    for rank, r in enumerate(reports):
+        assert r["context"] == {"world_size": 2, "local_rank": rank, "backend": "gloo", "device": "cpu"}
+        assert r["idempotent"]
+
+
+def test_two_ranks_reductions(two_rank_run):
+    expected = two_rank_run["expected"]
+    for r in two_rank_run["reports"]:
+        assert r["all_reduce_sum"] == [1.0, 2.0]  # ranks 0 + 1, and 1 + 1
+        assert r["input_untouched"]
+        assert r["broadcast"] == {"keep": [3, 1, 4], "from": 0}
+        assert r["metrics"].keys() == expected["metrics"].keys()
+        assert r["metrics"]["count"] == 50
+        assert r["metrics"]["hits"] == pytest.approx(expected["metrics"]["hits"], rel=1e-15)
+        assert r["metrics"]["score"] == pytest.approx(expected["metrics"]["score"], rel=1e-12)
+        assert r["moments"]["count"] == 50
+        assert r["moments"]["mean"] == pytest.approx(expected["moments"]["mean"], rel=1e-14)
+        assert r["moments"]["m2"] == pytest.approx(expected["moments"]["m2"], rel=1e-10)
+    # Merged in rank order on every rank: bit-identical results.
+    assert two_rank_run["reports"][0]["moments"] == two_rank_run["reports"][1]["moments"]
+
+
+def test_two_ranks_ddp_matches_one_process_on_the_global_batch(two_rank_run):
+    expected = torch.tensor(two_rank_run["expected"]["params"])
+    initial = torch.tensor(two_rank_run["expected"]["initial_params"])
+    assert (expected - initial).abs().max() > 1e-2  # the steps did move the weights
+    for r in two_rank_run["reports"]:
+        assert r["wrapped"] == "DistributedDataParallel" and r["unwrapped_is_model"]
+        # Rank 1 started from other weights: DDP broadcast rank 0's, then averaged the half-batch gradients.
+        torch.testing.assert_close(torch.tensor(r["params"]), expected, rtol=0, atol=1e-6)
