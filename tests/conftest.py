@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 # Tests never reach the network: huggingface_hub reads this when first imported (by timm), so set it first.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -57,3 +61,23 @@ def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
     """A randomly initialised timm model in eval mode (deterministic for a seed)."""
     torch.manual_seed(seed)
     return timm.create_model(name, pretrained=False, **kwargs).eval()
+
+
+#: Variables torchrun sets; a test launching its own torchrun must not inherit them.
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def run_torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 300) -> None:
+    """Run ``script`` under ``torchrun --nproc_per_node nproc`` on CPU (gloo, loopback only, one thread each)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {name: value for name, value in os.environ.items() if name not in TORCHRUN_VARS}
+    # Two processes on two cores: more threads each would oversubscribe and slow torch down many times over.
+    env["OMP_NUM_THREADS"] = "1"
+    if sys.platform == "linux":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+               "--master_addr", "127.0.0.1", "--master_port", str(port), str(script), *args]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout}\n{proc.stderr}"

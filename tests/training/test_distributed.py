@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
+
+from conftest import TORCHRUN_VARS, run_torchrun
 
 from vitprune.errors import VitpruneError
 from vitprune.training.distributed import (
@@ -31,7 +29,6 @@ from vitprune.training.distributed import (
 )
 
 WORKER = Path(__file__).with_name("_dist_worker.py")
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 @pytest.fixture
@@ -169,26 +166,11 @@ def test_cuda_without_cuda_is_a_user_error(no_torchrun_env):
 # ---------------------------------------------------------------- two processes
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
     """Runs the worker under ``torchrun --nproc_per_node 2`` (gloo, loopback only) and returns its JSON."""
     out = tmp_path_factory.mktemp("dist") / "out.json"
-    env = {name: value for name, value in os.environ.items() if name not in TORCHRUN_VARS}
-    env["OMP_NUM_THREADS"] = "1"
-    if sys.platform == "linux":
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-        "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(WORKER), str(out),
-    ]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout}\n{proc.stderr}"
+    run_torchrun(WORKER, str(out), timeout=180)
     return json.loads(out.read_text())
 
 

@@ -152,3 +152,25 @@ def test_hard_distillation_trains_a_distilled_deit():
     assert trainer.step == 2 and stats[0]["loss"] > 0 and criterion.last["distill"] > 0
     assert all(torch.equal(a, b) for a, b in zip(before, teacher.parameters())), "the teacher never changes"
     assert all(p.grad is None for p in teacher.parameters())
+
+
+def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp_path):
+    """DDP on 2 CPU processes (gloo) with global batch 32 ends where 1 process with batch 32 does."""
+    from pathlib import Path
+
+    from conftest import run_torchrun
+
+    run_torchrun(Path(__file__).with_name("_engine_worker.py"), str(tmp_path / "out.pt"))
+    two = torch.load(tmp_path / "out.pt", weights_only=True)
+
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=2)
+    # SGD, not Adam: Adam rescales gradients that are zero in exact arithmetic (the key bias cannot change a
+    # softmax), so rounding differences between 1 and 2 processes would become lr-sized updates there.
+    config = TrainConfig(epochs=2, lr=0.05, batch_size=32, optimizer="sgd")
+    one = Trainer(model, Subset(DigitsDataset("train"), range(128)), config).fit()
+    for a, b in zip(one, two["stats"]):
+        assert a["step"] == b["step"] == 4 * a["epoch"]
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-5) and b["top1"] == pytest.approx(a["top1"], abs=1e-9)
+    for (name, a), b in zip(model.state_dict().items(), two["state"].values()):
+        assert (b - a).abs().max() <= 1e-5, (name, float((b - a).abs().max()))

@@ -30,6 +30,15 @@ from torch.utils.data import DataLoader, Dataset
 from vitprune.atomic import atomic_directory
 from vitprune.errors import VitpruneError
 from vitprune.recipe import get_recipe, save
+from vitprune.training.distributed import (
+    DistContext,
+    all_reduce_sum,
+    broadcast_object,
+    init_distributed,
+    reduce_metrics,
+    wrap_model,
+)
+from vitprune.training.loop import evaluate
 from vitprune.training.sampler import ResumableSampler
 
 #: Names inside a run directory.
@@ -116,17 +125,26 @@ class Trainer:
     """Fine-tune ``model`` in place on ``train_set``; see the module docstring."""
 
     def __init__(self, model: nn.Module, train_set: Dataset, config: TrainConfig, *, run_dir: str | Path | None = None,
-                 criterion: Criterion | None = None, hooks: TrainHooks | None = None,
-                 device: torch.device | str = "cpu") -> None:
+                 criterion: Criterion | None = None, hooks: TrainHooks | None = None, val_set: Dataset | None = None,
+                 device: torch.device | str | None = None, dist: DistContext | None = None) -> None:
         config.validate()
-        self.model, self.config = model.to(device), config
-        self.device = torch.device(device)
+        # Under torchrun each process trains a shard; ``config.batch_size`` is the global batch.
+        self.dist = dist if dist is not None else init_distributed(None if device is None else str(device))
+        if config.batch_size % self.dist.world_size:
+            raise VitpruneError(f"batch size {config.batch_size} does not split evenly over "
+                                f"{self.dist.world_size} processes")
+        self.device = self.dist.device
+        self.model, self.config = model.to(self.device), config
+        self.net = wrap_model(model, self.dist)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.criterion = criterion if criterion is not None else _Supervised(config.label_smoothing)
         self.hooks = hooks or TrainHooks()
-        self.sampler = ResumableSampler(len(train_set), shuffle=True, seed=config.seed)
+        self.val_set = val_set
+        self.sampler = ResumableSampler(len(train_set), shuffle=True, seed=config.seed, rank=self.dist.rank,
+                                        world_size=self.dist.world_size)
+        self.local_batch = config.batch_size // self.dist.world_size
         # Its own generator: creating an iterator would otherwise draw from the global RNG that resuming restores.
-        self.loader = DataLoader(train_set, batch_size=config.batch_size, sampler=self.sampler,
+        self.loader = DataLoader(train_set, batch_size=self.local_batch, sampler=self.sampler,
                                  generator=torch.Generator().manual_seed(config.seed))
         self.batches_per_epoch = len(self.loader)
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / config.accum_steps)
@@ -163,6 +181,7 @@ class Trainer:
             while self.epoch < self.config.epochs:
                 stats = self._run_epoch(on_batch)
                 self.epoch, self.batch = self.epoch + 1, 0
+                stats.update(self._validate())
                 self.hooks.on_epoch_end(self, stats)
                 history.append(stats)
                 self._log(stats)
@@ -176,7 +195,7 @@ class Trainer:
 
     def _run_epoch(self, on_batch: Callable[[Trainer, float], None] | None) -> dict[str, float]:
         cfg, start = self.config, time.perf_counter()
-        self.sampler.set_epoch(self.epoch, start=self.batch * cfg.batch_size)
+        self.sampler.set_epoch(self.epoch, start=self.batch * self.local_batch)
         loss_sum, correct, count = 0.0, 0, 0
         # The loader draws augmentation randomness as it fetches a batch, so the RNG state worth saving is
         # the one at the last batch boundary, not the one at the moment of an interrupt.
@@ -201,18 +220,32 @@ class Trainer:
                     and self.batch < self.batches_per_epoch:
                 self.save_checkpoint()
         seconds = time.perf_counter() - start
-        return {"epoch": self.epoch + 1, "step": self.step, "loss": loss_sum / count, "top1": correct / count,
-                "lr": self.optimizer.param_groups[0]["lr"], "seconds": seconds, "images_per_s": count / seconds}
+        totals = reduce_metrics({"loss": loss_sum, "top1": correct}, count)
+        return {"epoch": self.epoch + 1, "step": self.step, "loss": totals["loss"], "top1": totals["top1"],
+                "lr": self.optimizer.param_groups[0]["lr"], "seconds": seconds,
+                "images_per_s": totals["count"] / seconds}
+
+    def _validate(self) -> dict[str, float]:
+        if self.val_set is None:
+            return {}
+        metrics = None
+        if self.dist.is_main:  # one process sees the whole split, so nothing is padded or counted twice
+            loader = DataLoader(self.val_set, batch_size=self.local_batch)
+            result = evaluate(self.model, loader, device=self.device)
+            metrics = {f"val_{k}": v for k, v in result.items()}
+        metrics = broadcast_object(metrics)
+        return metrics
 
     def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[float, Any]:
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            outputs = self.model(images)
+            outputs = self.net(images)
             loss = self.criterion(images, outputs, targets)
             extra = self.hooks.extra_loss(self, images, outputs)
             if extra is not None:
                 loss = loss + extra
         value = loss.item()
-        if not math.isfinite(value):
+        # Every process must take the same decision, or the others would wait forever in the next all-reduce.
+        if not math.isfinite(float(all_reduce_sum(torch.tensor([value], dtype=torch.float64)))):
             where = f"{self.run_dir / CHECKPOINT_DIR}" if self.run_dir is not None else "not kept (no run directory)"
             raise VitpruneError(f"loss became {value} at epoch {self.epoch + 1}, batch {self.batch + 1}; "
                                 f"stopped, the last good checkpoint is {where}")
@@ -237,6 +270,12 @@ class Trainer:
         """Write model (recipe format), optimizer, scheduler, scaler, EMA, RNG and position, atomically."""
         if self.run_dir is None:
             return
+        if self.dist.is_main:
+            self._write_checkpoint()
+        if self.dist.world_size > 1:
+            torch.distributed.barrier()  # nobody reads or overwrites it before it is complete
+
+    def _write_checkpoint(self) -> None:
         with atomic_directory(self.run_dir / CHECKPOINT_DIR) as tmp:
             save(self.model, tmp / MODEL_DIR)
             state = {
@@ -267,7 +306,7 @@ class Trainer:
         _set_rng_state(state["rng"])
 
     def _log(self, stats: dict[str, float]) -> None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.dist.is_main:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with (self.run_dir / METRICS_FILE).open("a") as f:
