@@ -34,7 +34,7 @@ def print_json(data: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
-    from vitprune.cli import commands, demo  # noqa: F401  (registers the commands on ``app``)
+    from vitprune.cli import commands, demo, finetune  # noqa: F401  (registers the commands on ``app``)
 
     try:
         app(args=argv, standalone_mode=False)
@@ -47,5 +47,5 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (click.exceptions.Abort, KeyboardInterrupt):
-        err_console.print("interrupted")
+        err_console.print("interrupted (a fine-tuning run keeps its last checkpoint: continue it with --resume)")
         sys.exit(130)

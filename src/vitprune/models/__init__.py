@@ -1,5 +1,12 @@
 """Model construction: timm names, vitprune's own models, checkpoints and saved directories."""
 
-from vitprune.models.factory import VITPRUNE_MODELS, build_base, create_model, load_checkpoint, resolve_model
+from vitprune.models.factory import (
+    VITPRUNE_MODELS,
+    build_base,
+    create_model,
+    load_checkpoint,
+    original_model,
+    resolve_model,
+)
 
-__all__ = ["VITPRUNE_MODELS", "build_base", "create_model", "load_checkpoint", "resolve_model"]
+__all__ = ["VITPRUNE_MODELS", "build_base", "create_model", "load_checkpoint", "original_model", "resolve_model"]

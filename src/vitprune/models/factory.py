@@ -14,7 +14,7 @@ from torch import nn
 
 from vitprune.errors import RecipeError, VitpruneError
 from vitprune.models.digits import build_digits_vit
-from vitprune.recipe import BaseModel, Recipe, check_state_dict, load, set_recipe
+from vitprune.recipe import BaseModel, Recipe, check_state_dict, load, require_recipe, set_recipe
 
 #: Models vitprune defines itself, by the name a command takes (``source="vitprune"`` in recipes).
 VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {"digits-vit": build_digits_vit}
@@ -74,6 +74,25 @@ def resolve_model(spec: str, *, pretrained: bool = True, checkpoint: str | os.Pa
     if os.sep in spec or path.suffix in {".pth", ".pt", ".safetensors", ".bin"}:
         raise VitpruneError(f"model path {spec} does not exist")
     return create_model(spec, pretrained=pretrained and checkpoint is None, checkpoint=checkpoint)
+
+
+def original_model(model: nn.Module) -> nn.Module:
+    """The unedited model ``model`` started from: its recipe's base architecture with the base's own weights.
+
+    This is the default teacher for self-distillation. A base with random weights has no meaningful
+    original, which is a user error.
+    """
+    base = require_recipe(model).base
+    if base.weights == "random":
+        raise VitpruneError(f"the base model {base.name} has random weights, so there is no original to distil from; "
+                            "pass --teacher MODEL")
+    if base.weights == "trained" and base.source == "vitprune":
+        return create_model(base.name, pretrained=True)
+    if base.weights == "timm-pretrained":
+        return create_model(base.name, pretrained=True, **base.kwargs)
+    if base.weights.startswith("checkpoint:"):
+        return create_model(base.name, checkpoint=base.weights.removeprefix("checkpoint:"), **base.kwargs)
+    raise VitpruneError(f"cannot rebuild the original of {base.name} (weights: {base.weights}); pass --teacher MODEL")
 
 
 def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:

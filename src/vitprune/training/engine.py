@@ -160,6 +160,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
         self.epoch, self.batch, self.step = 0, 0, 0
+        self._started = False
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -169,12 +170,8 @@ class Trainer:
         ``resume`` continues from the run directory's checkpoint, if there is one. ``on_batch`` is
         called after every micro-batch with the running loss (the CLI's progress bar hooks in here).
         """
-        if self.run_dir is not None and (self.run_dir / CHECKPOINT_DIR).exists():
-            if not resume:
-                raise VitpruneError(f"{self.run_dir} already holds a checkpoint; pass --resume to continue it")
-            self._resume()
-        else:
-            _seed_all(self.config.seed)
+        if not self._started:
+            self.start(resume=resume)
         history = []
         self.model.train()
         try:
@@ -193,6 +190,20 @@ class Trainer:
             raise
         return history
 
+    def start(self, *, resume: bool = False) -> None:
+        """Seed a new run, or (``resume``) restore the run directory's checkpoint; :meth:`fit` calls it if needed.
+
+        Call it first to learn :attr:`epoch` and :attr:`batch` of a resumed run, or to fail early on a
+        run directory that already holds a checkpoint.
+        """
+        if self.run_dir is not None and (self.run_dir / CHECKPOINT_DIR).exists():
+            if not resume:
+                raise VitpruneError(f"{self.run_dir} already holds a checkpoint; pass --resume to continue it")
+            self._resume()
+        else:
+            _seed_all(self.config.seed)
+        self._started = True
+
     def _run_epoch(self, on_batch: Callable[[Trainer, float], None] | None) -> dict[str, float]:
         cfg, start = self.config, time.perf_counter()
         self.sampler.set_epoch(self.epoch, start=self.batch * self.local_batch)
@@ -205,13 +216,13 @@ class Trainer:
             first_of_step = self.batch % cfg.accum_steps == 0
             if first_of_step:
                 self.hooks.on_step_start(self)
-            loss, outputs = self._forward_backward(images, targets)
+            loss, batch_correct = self._forward_backward(images, targets)
             self.batch += 1
             last_of_step = self.batch % cfg.accum_steps == 0 or self.batch == self.batches_per_epoch
             if last_of_step:
                 self._optimizer_step()
             loss_sum += loss * len(targets)
-            correct += int((_logits(outputs).argmax(dim=1) == targets).sum()) if targets.ndim == 1 else 0
+            correct += batch_correct
             count += len(targets)
             if on_batch is not None:
                 on_batch(self, loss_sum / count)
@@ -236,7 +247,8 @@ class Trainer:
         metrics = broadcast_object(metrics)
         return metrics
 
-    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[float, Any]:
+    def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
+        """Loss of one micro-batch (backpropagated) and its number of correct top-1 predictions."""
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             outputs = self.net(images)
             loss = self.criterion(images, outputs, targets)
@@ -249,8 +261,10 @@ class Trainer:
             where = f"{self.run_dir / CHECKPOINT_DIR}" if self.run_dir is not None else "not kept (no run directory)"
             raise VitpruneError(f"loss became {value} at epoch {self.epoch + 1}, batch {self.batch + 1}; "
                                 f"stopped, the last good checkpoint is {where}")
+        correct = int((_logits(outputs).argmax(dim=1) == targets).sum()) if targets.ndim == 1 else 0
+        del outputs  # the activations' graph must not outlive the backward pass
         self.scaler.scale(loss / self.config.accum_steps).backward()
-        return value, outputs
+        return value, correct
 
     def _optimizer_step(self) -> None:
         if self.config.clip_grad is not None:

@@ -1,0 +1,109 @@
+"""``vitprune finetune``: recover accuracy after structural edits, optionally distilling from the original model."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
+from vitprune.cli.commands import DEVICE_OPT, JSON_OPT
+
+
+class Distill(str, Enum):
+    none = "none"
+    soft = "soft"
+    hard = "hard"
+
+
+class Optim(str, Enum):
+    adamw = "adamw"
+    sgd = "sgd"
+
+
+FINAL_DIR = "final"
+
+
+@app.command()
+def finetune(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and final/ when done."),
+    epochs: int = typer.Option(..., min=1),
+    lr: float = typer.Option(5e-4, help="Peak learning rate (after warm-up)."),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Global batch (split over processes)."),
+    optimizer: Optim = typer.Option(Optim.adamw),
+    weight_decay: float = typer.Option(0.05, "--weight-decay"),
+    warmup_epochs: float = typer.Option(0.0, "--warmup-epochs"),
+    label_smoothing: float = typer.Option(0.0, "--label-smoothing"),
+    clip_grad: Optional[float] = typer.Option(None, "--clip-grad", help="Max gradient norm."),
+    accum_steps: int = typer.Option(1, "--accum-steps", min=1, help="Micro-batches per optimisation step."),
+    ema_decay: Optional[float] = typer.Option(None, "--ema-decay", help="Keep an EMA of the weights."),
+    amp: bool = typer.Option(True, "--amp/--no-amp", help="Mixed precision on CUDA (ignored on CPU)."),
+    distill: Distill = typer.Option(Distill.none, help="Distillation from the teacher: soft (KL) or hard (DeiT)."),
+    teacher: Optional[str] = typer.Option(None, help="Teacher MODEL (default: the original MODEL was pruned from)."),
+    alpha: float = typer.Option(0.5, help="Weight of the distillation term."),
+    tau: float = typer.Option(1.0, help="Temperature of soft distillation."),
+    seed: int = typer.Option(0),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Steps between checkpoints (0: epochs)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda if available, per rank)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Fine-tune MODEL on --data; runs unchanged under `torchrun --nproc_per_node N -m vitprune finetune ...`."""
+    from torch import nn
+
+    from vitprune.adapters import get_adapter
+    from vitprune.data import build_dataset
+    from vitprune.models import original_model, resolve_model
+    from vitprune.recipe import save
+    from vitprune.training import DistillationLoss, TrainConfig, Trainer, make_teacher, use_distillation_head
+    from vitprune.training.distributed import init_distributed
+
+    ctx = init_distributed(device)
+    student = resolve_model(model)
+    input_size = get_adapter(student).input_size
+    train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
+    val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
+    criterion = None
+    if distill is not Distill.none:
+        source = resolve_model(teacher) if teacher is not None else original_model(student)
+        use_distillation_head(student, distill.value)
+        criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=label_smoothing),
+                                     make_teacher(source).to(ctx.device), kind=distill.value, alpha=alpha, tau=tau)
+    config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer.value,
+                         weight_decay=weight_decay, warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
+                         clip_grad=clip_grad, accum_steps=accum_steps, amp=amp, ema_decay=ema_decay, seed=seed,
+                         checkpoint_every=checkpoint_every)
+    trainer = Trainer(student, train_set, config, run_dir=out, criterion=criterion, val_set=val_set, dist=ctx)
+    trainer.start(resume=resume)
+    show = ctx.is_main and not json_out
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[loss]}"),
+                  TimeElapsedColumn(), console=err_console, disable=not show) as bar:
+        task = bar.add_task("fine-tuning", total=epochs * trainer.batches_per_epoch, loss="",
+                            completed=trainer.epoch * trainer.batches_per_epoch + trainer.batch)
+
+        def on_batch(t: Trainer, loss: float) -> None:
+            bar.update(task, completed=t.epoch * t.batches_per_epoch + t.batch,
+                       description=f"epoch {t.epoch + 1}/{epochs}", loss=f"loss {loss:.3f}")
+
+        history = trainer.fit(on_batch=on_batch)
+    use_distillation_head(student, "none")
+    if not ctx.is_main:
+        return
+    summary = {"model": model, "data": data, "run_dir": str(out), "epochs": history,
+               "distill": distill.value, "teacher": teacher or ("original" if distill is not Distill.none else None)}
+    save(student, out / FINAL_DIR, metadata={"finetune": summary})
+    if json_out:
+        print_json(summary)
+        return
+    for stats in history:
+        val = f", val top-1 {100 * stats['val_top1']:.2f}%" if "val_top1" in stats else ""
+        console.print(f"epoch {stats['epoch']}: train loss {stats['loss']:.4f}{val} "
+                      f"({stats['images_per_s']:.0f} img/s)")
+    console.print(f"saved the fine-tuned model to {out / FINAL_DIR} (starting checkpoint: {model})")
