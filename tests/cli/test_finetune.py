@@ -39,6 +39,12 @@ def test_finetune_writes_a_complete_run(capsys, tmp_path, small_saved):
     assert_one_line_error(code, err, r"settings differ from the checkpoint's \(epochs\)")
 
 
+def test_finetune_with_mixup_and_cutmix(capsys, tmp_path, small_saved):
+    code, out, _ = run(capsys, "finetune", str(small_saved), *ARGS, "--mixup", "0.8", "--cutmix", "1.0",
+                       "--label-smoothing", "0.1", "--out", str(tmp_path / "run"), "--json")
+    assert code == 0 and json.loads(out)["epochs"][0]["step"] == 23
+
+
 def test_distilling_from_a_random_original_is_refused(capsys, tmp_path, small_saved):
     code, _, err = run(capsys, "finetune", str(small_saved), *ARGS, "--out", str(tmp_path / "r"), "--distill", "soft")
     assert_one_line_error(code, err, r"has random weights, so there is no original to distil from; pass --teacher")

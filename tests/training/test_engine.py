@@ -174,3 +174,25 @@ def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp
         assert b["loss"] == pytest.approx(a["loss"], abs=1e-5) and b["top1"] == pytest.approx(a["top1"], abs=1e-9)
     for (name, a), b in zip(model.state_dict().items(), two["state"].values()):
         assert (b - a).abs().max() <= 1e-5, (name, float((b - a).abs().max()))
+
+
+def test_mixup_cutmix_resume_exactly(tmp_path):
+    """timm mixup/cutmix (numpy RNG) survives an interrupt: the resumed run ends where an uninterrupted one does."""
+    config = dict(CONFIG, mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1)
+    reference = _small_model()
+    stats = Trainer(reference, _data(200), TrainConfig(**config), run_dir=tmp_path / "a").fit()
+    assert all(0 <= s["top1"] <= 1 for s in stats)  # 200 = 6 x 32 + 8: the short last batch is mixed too
+    interrupted = _small_model()
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(interrupted, _data(200), TrainConfig(**config), run_dir=tmp_path / "b", hooks=StopAt(10)).fit()
+    resumed = _small_model(seed=5)
+    Trainer(resumed, _data(200), TrainConfig(**config), run_dir=tmp_path / "b").fit(resume=True)
+    for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6, msg=name)
+
+
+def test_mixup_handles_an_odd_last_batch():
+    trainer = Trainer(_small_model(), _data(65), TrainConfig(epochs=1, lr=1e-3, batch_size=32, mixup_alpha=0.8))
+    assert trainer.fit()[0]["step"] == 3
+    with pytest.raises(VitpruneError, match="even batch per process"):
+        Trainer(_small_model(), _data(65), TrainConfig(epochs=1, lr=1e-3, batch_size=33, mixup_alpha=0.8))

@@ -39,6 +39,8 @@ def finetune(
     weight_decay: float = typer.Option(0.05, "--weight-decay"),
     warmup_epochs: float = typer.Option(0.0, "--warmup-epochs"),
     label_smoothing: float = typer.Option(0.0, "--label-smoothing"),
+    mixup: float = typer.Option(0.0, "--mixup", min=0.0, help="timm mixup alpha (0: off)."),
+    cutmix: float = typer.Option(0.0, "--cutmix", min=0.0, help="timm cutmix alpha (0: off)."),
     clip_grad: Optional[float] = typer.Option(None, "--clip-grad", help="Max gradient norm."),
     accum_steps: int = typer.Option(1, "--accum-steps", min=1, help="Micro-batches per optimisation step."),
     ema_decay: Optional[float] = typer.Option(None, "--ema-decay", help="Keep an EMA of the weights."),
@@ -78,6 +80,7 @@ def finetune(
                                      make_teacher(source).to(ctx.device), kind=distill.value, alpha=alpha, tau=tau)
     config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer.value,
                          weight_decay=weight_decay, warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
+                         mixup_alpha=mixup, cutmix_alpha=cutmix,
                          clip_grad=clip_grad, accum_steps=accum_steps, amp=amp, ema_decay=ema_decay, seed=seed,
                          checkpoint_every=checkpoint_every)
     trainer = Trainer(student, train_set, config, run_dir=out, criterion=criterion, val_set=val_set, dist=ctx)

@@ -21,6 +21,8 @@ from typing import Any, Callable
 import numpy as np
 import safetensors.torch
 import torch
+from timm.data import Mixup
+from timm.data.mixup import mixup_target
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
 from timm.utils import ModelEmaV3
@@ -64,6 +66,8 @@ class TrainConfig:
     warmup_epochs: float = 0.0
     min_lr: float = 0.0
     label_smoothing: float = 0.0
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
     clip_grad: float | None = None
     accum_steps: int = 1
     amp: bool = True
@@ -81,6 +85,7 @@ class TrainConfig:
             (self.optimizer in ("adamw", "sgd"), f"unknown optimizer {self.optimizer!r} (use adamw or sgd)"),
             (self.ema_decay is None or 0 < self.ema_decay < 1, f"EMA decay must lie in (0, 1), got {self.ema_decay}"),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0 (0: at epoch ends only)"),
+            (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -137,12 +142,19 @@ class Trainer:
         self.model, self.config = model.to(self.device), config
         self.net = wrap_model(model, self.dist)
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.criterion = criterion if criterion is not None else _Supervised(config.label_smoothing)
+        smoothing = 0.0 if config.mixup_alpha > 0 or config.cutmix_alpha > 0 else config.label_smoothing
+        self.criterion = criterion if criterion is not None else _Supervised(smoothing)
         self.hooks = hooks or TrainHooks()
         self.val_set = val_set
         self.sampler = ResumableSampler(len(train_set), shuffle=True, seed=config.seed, rank=self.dist.rank,
                                         world_size=self.dist.world_size)
         self.local_batch = config.batch_size // self.dist.world_size
+        # timm's Mixup mixes within a batch and folds label smoothing into the soft targets it returns.
+        self.mixup = Mixup(mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
+                           label_smoothing=config.label_smoothing, num_classes=model.num_classes) \
+            if config.mixup_alpha > 0 or config.cutmix_alpha > 0 else None
+        if self.mixup is not None and self.local_batch % 2:
+            raise VitpruneError(f"mixup/cutmix need an even batch per process, got {self.local_batch}")
         # Its own generator: creating an iterator would otherwise draw from the global RNG that resuming restores.
         self.loader = DataLoader(train_set, batch_size=self.local_batch, sampler=self.sampler,
                                  generator=torch.Generator().manual_seed(config.seed))
@@ -213,6 +225,8 @@ class Trainer:
         self._boundary_rng = _rng_state()
         for images, targets in self.loader:
             images, targets = images.to(self.device), targets.to(self.device)
+            if self.mixup is not None:
+                images, targets = self._mix(images, targets)
             first_of_step = self.batch % cfg.accum_steps == 0
             if first_of_step:
                 self.hooks.on_step_start(self)
@@ -247,6 +261,11 @@ class Trainer:
         metrics = broadcast_object(metrics)
         return metrics
 
+    def _mix(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(targets) % 2:  # timm's Mixup pairs samples; an odd last batch keeps its images, smoothed targets
+            return images, mixup_target(targets, self.mixup.num_classes, smoothing=self.config.label_smoothing)
+        return self.mixup(images, targets)
+
     def _forward_backward(self, images: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
         """Loss of one micro-batch (backpropagated) and its number of correct top-1 predictions."""
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
@@ -261,7 +280,8 @@ class Trainer:
             where = f"{self.run_dir / CHECKPOINT_DIR}" if self.run_dir is not None else "not kept (no run directory)"
             raise VitpruneError(f"loss became {value} at epoch {self.epoch + 1}, batch {self.batch + 1}; "
                                 f"stopped, the last good checkpoint is {where}")
-        correct = int((_logits(outputs).argmax(dim=1) == targets).sum()) if targets.ndim == 1 else 0
+        labels = targets if targets.ndim == 1 else targets.argmax(dim=1)  # mixed targets: their dominant class
+        correct = int((_logits(outputs).argmax(dim=1) == labels).sum())
         del outputs  # the activations' graph must not outlive the backward pass
         self.scaler.scale(loss / self.config.accum_steps).backward()
         return value, correct
