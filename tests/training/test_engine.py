@@ -196,3 +196,15 @@ def test_mixup_handles_an_odd_last_batch():
     assert trainer.fit()[0]["step"] == 3
     with pytest.raises(VitpruneError, match="even batch per process"):
         Trainer(_small_model(), _data(65), TrainConfig(epochs=1, lr=1e-3, batch_size=33, mixup_alpha=0.8))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_training_progress_goes_to_stderr_only_when_enabled(capfd, enabled):
+    from vitprune.training.progress import training_progress
+
+    trainer = Trainer(_small_model(), _data(64), TrainConfig(epochs=1, lr=1e-3, batch_size=32))
+    with training_progress(trainer, enabled=enabled) as on_batch:
+        trainer.fit(on_batch=on_batch)
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert ("epoch 1/1" in err and "2/2" in err) if enabled else err == ""

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import DEVICE_OPT, JSON_OPT
@@ -66,6 +65,7 @@ def finetune(
     from vitprune.recipe import save
     from vitprune.training import DistillationLoss, TrainConfig, Trainer, make_teacher, use_distillation_head
     from vitprune.training.distributed import init_distributed
+    from vitprune.training.progress import training_progress
 
     ctx = init_distributed(device)
     student = resolve_model(model)
@@ -85,16 +85,7 @@ def finetune(
                          checkpoint_every=checkpoint_every)
     trainer = Trainer(student, train_set, config, run_dir=out, criterion=criterion, val_set=val_set, dist=ctx)
     trainer.start(resume=resume)
-    show = ctx.is_main and not json_out
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[loss]}"),
-                  TimeElapsedColumn(), console=err_console, disable=not show) as bar:
-        task = bar.add_task("fine-tuning", total=epochs * trainer.batches_per_epoch, loss="",
-                            completed=trainer.epoch * trainer.batches_per_epoch + trainer.batch)
-
-        def on_batch(t: Trainer, loss: float) -> None:
-            bar.update(task, completed=t.epoch * t.batches_per_epoch + t.batch,
-                       description=f"epoch {t.epoch + 1}/{epochs}", loss=f"loss {loss:.3f}")
-
+    with training_progress(trainer, enabled=ctx.is_main and not json_out, console=err_console) as on_batch:
         history = trainer.fit(on_batch=on_batch)
     use_distillation_head(student, "none")
     if not ctx.is_main:

@@ -14,7 +14,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 from vitprune.data.digits import DIGITS_INPUT_SIZE, DIGITS_NUM_CLASSES, DigitsDataset
 from vitprune.data.datasets import build_loader
-from vitprune.training.loop import evaluate, fit
+from vitprune.training import TrainConfig, Trainer, evaluate
+from vitprune.training.progress import training_progress
 
 #: Constructor kwargs of timm's ``VisionTransformer`` for the digits model.
 DIGITS_VIT_KWARGS: dict = dict(
@@ -73,19 +74,12 @@ def train_digits_vit(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_digits_vit()
-    train_loader = build_loader(DigitsDataset("train", augment=True), cfg["batch_size"], shuffle=True, seed=seed)
+    config = TrainConfig(epochs=epochs, lr=cfg["lr"], batch_size=cfg["batch_size"], weight_decay=cfg["weight_decay"],
+                         warmup_epochs=cfg["warmup_epochs"], label_smoothing=cfg["label_smoothing"], seed=seed)
+    trainer = Trainer(model, DigitsDataset("train", augment=True), config, device="cpu")
+    with training_progress(trainer, enabled=progress) as on_batch:
+        trainer.fit(on_batch=on_batch)
     val_loader = build_loader(DigitsDataset("val"), 256, shuffle=False, seed=seed)
-    fit(
-        model,
-        train_loader,
-        epochs=epochs,
-        lr=cfg["lr"],
-        weight_decay=cfg["weight_decay"],
-        warmup_epochs=cfg["warmup_epochs"],
-        label_smoothing=cfg["label_smoothing"],
-        seed=seed,
-        progress=progress,
-    )
     val = evaluate(model, val_loader)
     metrics = {
         "val_top1": val["top1"],

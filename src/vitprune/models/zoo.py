@@ -15,7 +15,7 @@ DIGITS_VIT_CACHE_NAME = "digits-vit-v1"
 
 def trained_digits_vit(*, progress: bool = True) -> nn.Module:
     """The embedded default model, trained on the digits dataset once and then loaded from the cache."""
-    from vitprune.models.digits import train_digits_vit  # training pulls in data and the training loop
+    from vitprune.models.digits import train_digits_vit  # training pulls in data and the engine
 
     path = cache_dir() / DIGITS_VIT_CACHE_NAME
     console = Console(stderr=True, quiet=not progress)

@@ -40,7 +40,7 @@ from vitprune.training.distributed import (
     reduce_metrics,
     wrap_model,
 )
-from vitprune.training.loop import evaluate
+from vitprune.training.evaluation import evaluate
 from vitprune.training.sampler import ResumableSampler
 
 #: Names inside a run directory.
@@ -176,11 +176,13 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------------
 
-    def fit(self, *, resume: bool = False, on_batch: Callable[[Trainer, float], None] | None = None) -> list[dict]:
+    def fit(self, *, resume: bool = False,
+            on_batch: Callable[[Trainer, float, float], None] | None = None) -> list[dict]:
         """Run to the last epoch; returns one stats dict per epoch run in this call.
 
         ``resume`` continues from the run directory's checkpoint, if there is one. ``on_batch`` is
-        called after every micro-batch with the running loss (the CLI's progress bar hooks in here).
+        called after every micro-batch with the epoch's running loss and top-1 accuracy (the progress
+        bar hooks in here).
         """
         if not self._started:
             self.start(resume=resume)
@@ -216,7 +218,7 @@ class Trainer:
             _seed_all(self.config.seed)
         self._started = True
 
-    def _run_epoch(self, on_batch: Callable[[Trainer, float], None] | None) -> dict[str, float]:
+    def _run_epoch(self, on_batch: Callable[[Trainer, float, float], None] | None) -> dict[str, float]:
         cfg, start = self.config, time.perf_counter()
         self.sampler.set_epoch(self.epoch, start=self.batch * self.local_batch)
         loss_sum, correct, count = 0.0, 0, 0
@@ -239,7 +241,7 @@ class Trainer:
             correct += batch_correct
             count += len(targets)
             if on_batch is not None:
-                on_batch(self, loss_sum / count)
+                on_batch(self, loss_sum / count, correct / count)
             self._boundary_rng = _rng_state()
             if last_of_step and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 \
                     and self.batch < self.batches_per_epoch:
