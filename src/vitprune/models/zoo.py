@@ -10,7 +10,7 @@ from vitprune.errors import RecipeError
 from vitprune.recipe import BaseModel, Recipe, load, save, set_recipe
 
 #: Bump when the digits model's architecture or training recipe changes, so stale caches are not reused.
-DIGITS_VIT_CACHE_NAME = "digits-vit-v1"
+DIGITS_VIT_CACHE_NAME = "digits-vit-v2"
 
 
 def trained_digits_vit(*, progress: bool = True) -> nn.Module:
