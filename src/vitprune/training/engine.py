@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitprune.atomic import atomic_directory
 from vitprune.errors import VitpruneError
-from vitprune.recipe import get_recipe, save
+from vitprune.recipe import WEIGHTS_FILE, get_recipe, read_document, save
 from vitprune.training.distributed import (
     DistContext,
     all_reduce_sum,
@@ -329,10 +329,10 @@ class Trainer:
         if state["config"] != asdict(self.config):
             changed = sorted(k for k in state["config"] if state["config"][k] != asdict(self.config).get(k))
             raise VitpruneError(f"cannot resume {self.run_dir}: settings differ from the checkpoint's ({', '.join(changed)})")
-        saved = json.loads((path / MODEL_DIR / "recipe.json").read_text())
+        saved = read_document(path / MODEL_DIR)
         if get_recipe(self.model) is not None and saved["edits"] != get_recipe(self.model).to_dict()["edits"]:
             raise VitpruneError(f"cannot resume {self.run_dir}: the model's structure differs from the checkpoint's")
-        safetensors.torch.load_model(self.model, str(path / MODEL_DIR / "model.safetensors"), device=str(self.device))
+        safetensors.torch.load_model(self.model, str(path / MODEL_DIR / WEIGHTS_FILE), device=str(self.device))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
