@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sized
-from contextlib import contextmanager
+from collections.abc import Iterable, Sized
 
 import torch
 import torch.nn.functional as F
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
 from vitprune.errors import VitpruneError
+from vitprune.training.progress import progress_bar
 
 
 @torch.inference_mode()
@@ -30,7 +28,7 @@ def evaluate(
     model.eval()
     try:
         loss_sum, top1, top5, count, num_classes = 0.0, 0, 0, 0, 0
-        with _progress_bar(progress) as bar:
+        with progress_bar(progress) as bar:
             task = bar.add_task("evaluating", total=len(loader) if isinstance(loader, Sized) else None, stats="")
             for images, targets in bar.track(loader, task_id=task):
                 images, targets = images.to(device), targets.to(device)
@@ -54,21 +52,6 @@ def evaluate(
 def _model_device(model: nn.Module) -> torch.device:
     param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")
-
-
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[Progress]:
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-    )
-    with bar:
-        yield bar
 
 
 __all__ = ["evaluate"]
