@@ -108,11 +108,13 @@ def test_merged_mlp_is_represented():
     """After activation removal and merging, the MLP is one linear layer and the block computes exactly that."""
     model = _tiny_vit().eval()
     adapter = get_adapter(model)
-    with pytest.raises(ValueError, match="activation is present"):
+    with pytest.raises(ValueError, match="is not merged"):
         adapter.set_mlp(1, nn.Linear(32, 32), None)
-    model.blocks[1].mlp.act = nn.Identity()
+    adapter.merge_mlp(1, nn.Linear(32, 32))
     merged = nn.Linear(32, 32)
     adapter.set_mlp(1, merged, None)
+    with pytest.raises(ValueError, match="merged, so it takes a single Linear"):
+        adapter.set_mlp(1, nn.Linear(32, 8), nn.Linear(8, 32))
     view = get_adapter(model).block(1).mlp
     assert view.merged and view.fc1 is merged and view.fc2 is None and view.hidden_features is None
     x = torch.randn(2, 5, 32)

@@ -97,8 +97,7 @@ def test_tokens_are_counted_per_block():
 def test_merged_mlp_counts_one_linear():
     model = build("deit_small_patch16_224", {})
     adapter = get_adapter(model)
-    model.blocks[2].mlp.act = nn.Identity()  # what activation removal leaves before fc2 . fc1 are merged
-    adapter.set_mlp(2, nn.Linear(D, D), None)
+    adapter.merge_mlp(2, nn.Linear(D, D))
     assert adapter.block(2).mlp.merged
     report = count_macs(model)
     assert report.blocks[2].mlp == N * D * D

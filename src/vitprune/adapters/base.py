@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from vitprune.layers import Gate
+
 
 @dataclass(frozen=True)
 class AttentionView:
@@ -29,6 +31,8 @@ class AttentionView:
     proj: nn.Linear
     num_heads: int
     head_dim: int
+    #: The mask wrapped around this attention by :meth:`ViTAdapter.set_attention_module`, if any.
+    gate: Gate | None = None
 
     @property
     def attn_dim(self) -> int:
@@ -48,6 +52,8 @@ class MlpView:
     fc1: nn.Linear
     act: nn.Module
     fc2: nn.Linear | None
+    #: The mask wrapped around ``act`` by :meth:`ViTAdapter.set_activation`, if any.
+    gate: Gate | None = None
 
     @property
     def merged(self) -> bool:
@@ -62,23 +68,27 @@ class MlpView:
 
 @dataclass(frozen=True)
 class BlockView:
-    """One pre-norm transformer block: ``x + ls1(attn(norm1(x)))`` then ``x + ls2(mlp(norm2(x)))``.
+    """One pre-norm transformer block: ``x + ls1(attn(norm1(x)))``, ``x + ls2(mlp(norm2(x)))``, then ``act``.
 
-    ``attn`` or ``mlp`` is ``None`` where surgery removed that sublayer. ``ls1``/``ls2`` are the
+    ``attn`` is ``None`` where surgery removed the attention; the branch is then ``x +
+    ls1(norm1(x))``, or gone altogether when ``norm1`` is ``None`` too. ``ls1``/``ls2`` are the
     LayerScale modules, or ``nn.Identity`` where the model has none; likewise ``drop_path1/2``.
+    ``act`` is an activation on the block output, ``nn.Identity`` in every standard ViT.
+    Views show the layers inside any gate (see :class:`AttentionView`'s ``gate``).
     """
 
     index: int
     name: str
     module: nn.Module
-    norm1: nn.Module
+    norm1: nn.Module | None
     attn: AttentionView | None
-    ls1: nn.Module
-    drop_path1: nn.Module
+    ls1: nn.Module | None
+    drop_path1: nn.Module | None
     norm2: nn.Module
-    mlp: MlpView | None
+    mlp: MlpView
     ls2: nn.Module
     drop_path2: nn.Module
+    act: nn.Module
 
 
 class ViTAdapter(ABC):
@@ -131,8 +141,38 @@ class ViTAdapter(ABC):
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
         """Install new MLP linears in block ``index`` (the hidden width may change).
 
-        ``fc2=None`` installs ``fc1`` as a merged MLP; the block's activation must already be the identity.
+        ``fc2=None`` replaces the single Linear of an already merged MLP.
         """
+
+    @abstractmethod
+    def merge_mlp(self, index: int, linear: nn.Linear) -> None:
+        """Replace the MLP of block ``index`` and the LayerScale after it by ``linear``, which already includes both.
+
+        Dropout between the two linears has no place left and goes; dropout after them stays.
+        """
+
+    @abstractmethod
+    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
+        """Remove the attention of block ``index``: its branch becomes ``x + norm(x)``, or just ``x`` for ``None``.
+
+        ``norm`` replaces both ``norm1`` and the LayerScale after the attention (the caller folds them).
+        """
+
+    @abstractmethod
+    def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
+        """Install ``norm`` as ``norm1`` (``position=1``) or ``norm2`` (``position=2``) of block ``index``."""
+
+    @abstractmethod
+    def set_output_activation(self, index: int, act: nn.Module) -> None:
+        """Run ``act`` on the output of block ``index`` (``nn.Identity()`` removes it)."""
+
+    @abstractmethod
+    def set_attention_module(self, index: int, module: nn.Module) -> None:
+        """Install ``module`` as the attention of block ``index``: the unwrapped attention, or a gate around it."""
+
+    @abstractmethod
+    def set_activation(self, index: int, act: nn.Module) -> None:
+        """Install ``act`` as the MLP activation of block ``index`` (for instance a gate around the original)."""
 
     @property
     def num_patches(self) -> int:

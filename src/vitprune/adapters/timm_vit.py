@@ -7,14 +7,26 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import UnsupportedArchitectureError
+from vitprune.layers import Gate, GatedLayer
 
 
 def _reject(path: str, module: nn.Module, why: str) -> UnsupportedArchitectureError:
     return UnsupportedArchitectureError(f"unsupported architecture: {path} is {type(module).__name__} ({why})")
 
 
-def _check_attention(path: str, attn: nn.Module) -> None:
+def _unwrap(module: nn.Module | None) -> tuple[nn.Module | None, Gate | None]:
+    """The layer inside a gate, and the gate (``None`` for an ungated layer)."""
+    if isinstance(module, GatedLayer):
+        return module.inner, module.gate
+    return module, None
+
+
+def _check_attention(path: str, attn: nn.Module | None) -> None:
+    attn, _ = _unwrap(attn)
+    if attn is None:
+        return
     if type(attn) is not Attention:
         raise _reject(path, attn, "only timm's standard fused-qkv Attention is supported")
     if getattr(attn, "gate", None) is not None:
@@ -27,7 +39,7 @@ def _check_mlp(path: str, mlp: nn.Module) -> None:
     if type(mlp) is not Mlp:
         raise _reject(path, mlp, "only the plain fc1 -> activation -> fc2 MLP is supported; "
                                  "gated (GLU/SwiGLU) MLPs cannot be represented")
-    merged = isinstance(mlp.fc2, nn.Identity) and isinstance(mlp.act, nn.Identity)
+    merged = isinstance(mlp.fc2, nn.Identity) and isinstance(_unwrap(mlp.act)[0], nn.Identity)
     if not isinstance(mlp.fc1, nn.Linear) or not (isinstance(mlp.fc2, nn.Linear) or merged):
         raise _reject(path, mlp, "fc1 and fc2 must be nn.Linear, or fc2 the identity after a merge")
     if not isinstance(mlp.norm, nn.Identity):
@@ -35,7 +47,11 @@ def _check_mlp(path: str, mlp: nn.Module) -> None:
 
 
 class TimmViTAdapter(ViTAdapter):
-    """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``."""
+    """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
+
+    Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`; the other
+    edits keep timm's own modules (a merged MLP is timm's ``Mlp`` with identity activation and fc2).
+    """
 
     family = "timm-vit"
 
@@ -43,7 +59,7 @@ class TimmViTAdapter(ViTAdapter):
         super().__init__(model)
         for i, block in enumerate(model.blocks):
             path = f"blocks.{i}"
-            if type(block) is not Block:
+            if type(block) not in (Block, DepthBlock):
                 raise _reject(path, block, "only timm's pre-norm Block is supported")
             _check_attention(f"{path}.attn", block.attn)
             _check_mlp(f"{path}.mlp", block.mlp)
@@ -56,20 +72,25 @@ class TimmViTAdapter(ViTAdapter):
         return [self._view(i, block) for i, block in enumerate(self.model.blocks)]
 
     @staticmethod
-    def _view(index: int, block: Block) -> BlockView:
-        a, m = block.attn, block.mlp
+    def _view(index: int, block: Block | DepthBlock) -> BlockView:
+        (a, attn_gate), m = _unwrap(block.attn), block.mlp
+        act, act_gate = _unwrap(m.act)
+        attn = None if a is None else AttentionView(module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads,
+                                                    head_dim=a.head_dim, gate=attn_gate)
         return BlockView(
             index=index,
             name=f"blocks.{index}",
             module=block,
             norm1=block.norm1,
-            attn=AttentionView(module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads, head_dim=a.head_dim),
+            attn=attn,
             ls1=block.ls1,
             drop_path1=block.drop_path1,
             norm2=block.norm2,
-            mlp=MlpView(module=m, fc1=m.fc1, act=m.act, fc2=m.fc2 if isinstance(m.fc2, nn.Linear) else None),
+            mlp=MlpView(module=m, fc1=m.fc1, act=act, fc2=m.fc2 if isinstance(m.fc2, nn.Linear) else None,
+                        gate=act_gate),
             ls2=block.ls2,
             drop_path2=block.drop_path2,
+            act=block.act if isinstance(block, DepthBlock) else nn.Identity(),
         )
 
     @property
@@ -93,8 +114,17 @@ class TimmViTAdapter(ViTAdapter):
         heads = [self.model.head, getattr(self.model, "head_dist", None)]
         return [h for h in heads if isinstance(h, nn.Linear)]
 
+    def _depth_block(self, index: int) -> DepthBlock:
+        """Block ``index`` as a :class:`DepthBlock`, converting a timm ``Block`` in place."""
+        block = self.model.blocks[index]
+        if not isinstance(block, DepthBlock):
+            block = self.model.blocks[index] = DepthBlock(block)
+        return block
+
     def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int) -> None:
-        attn = self.model.blocks[index].attn
+        attn, _ = _unwrap(self.model.blocks[index].attn)
+        if attn is None:
+            raise ValueError(f"blocks.{index} has no attention")
         head_dim = attn.head_dim
         if qkv.out_features != 3 * num_heads * head_dim or proj.in_features != num_heads * head_dim:
             raise ValueError(f"blocks.{index}.attn: projections do not fit {num_heads} heads of dim {head_dim}")
@@ -104,11 +134,52 @@ class TimmViTAdapter(ViTAdapter):
 
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
         mlp = self.model.blocks[index].mlp
+        merged = isinstance(mlp.fc2, nn.Identity)
+        if (fc2 is None) != merged:
+            raise ValueError(f"blocks.{index}.mlp: " + ("is merged, so it takes a single Linear" if merged else
+                                                       "is not merged; merge it with merge_mlp"))
         if fc2 is None:
-            if not isinstance(mlp.act, nn.Identity):
-                raise ValueError(f"blocks.{index}.mlp: cannot install a merged MLP while its activation is present")
-            # timm's Mlp runs fc1 -> act -> fc2; with both identities it is exactly the merged linear.
-            fc2 = nn.Identity()
-        elif fc1.out_features != fc2.in_features:
+            mlp.fc1 = fc1
+            return
+        if fc1.out_features != fc2.in_features:
             raise ValueError(f"blocks.{index}.mlp: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
         mlp.fc1, mlp.fc2 = fc1, fc2
+
+    def merge_mlp(self, index: int, linear: nn.Linear) -> None:
+        block = self.model.blocks[index]
+        mlp = block.mlp
+        # timm's Mlp runs fc1 -> act -> drop1 -> norm -> fc2 -> drop2; with identities it is exactly `linear`.
+        mlp.fc1, mlp.act, mlp.drop1, mlp.fc2 = linear, nn.Identity(), nn.Identity(), nn.Identity()
+        block.ls2 = nn.Identity()
+
+    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
+        block = self._depth_block(index)
+        if block.attn is None:
+            raise ValueError(f"blocks.{index} has no attention to remove")
+        block.attn, block.norm1, block.ls1 = None, norm, nn.Identity() if norm is not None else None
+        if norm is None:
+            block.drop_path1 = None
+
+    def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
+        if position not in (1, 2):
+            raise ValueError(f"norm position must be 1 or 2, got {position}")
+        block = self.model.blocks[index]
+        if getattr(block, f"norm{position}") is None:
+            raise ValueError(f"blocks.{index} has no norm{position}")
+        setattr(block, f"norm{position}", norm)
+
+    def set_output_activation(self, index: int, act: nn.Module) -> None:
+        self._depth_block(index).act = act
+
+    def set_attention_module(self, index: int, module: nn.Module) -> None:
+        _check_attention(f"blocks.{index}.attn", module)
+        block = self.model.blocks[index]
+        if block.attn is None:
+            raise ValueError(f"blocks.{index} has no attention")
+        block.attn = module
+
+    def set_activation(self, index: int, act: nn.Module) -> None:
+        mlp = self.model.blocks[index].mlp
+        if isinstance(mlp.fc2, nn.Identity):
+            raise ValueError(f"blocks.{index}.mlp is merged and has no activation")
+        mlp.act = act

@@ -1,6 +1,14 @@
 """Exact structural edits, shared by every method. Importing this package registers the edits."""
 
-from vitprune.surgery.linear import check_indices, slice_linear
+from vitprune.surgery.depth import (
+    ATTENTION_IDENTITIES, add_output_activation, prune_depth, remove_activation, remove_attention,
+)
+from vitprune.surgery.depth_gates import DepthGates, add_depth_gates, prune_gated, remove_depth_gates
+from vitprune.surgery.linear import check_indices, merge_linears, slice_linear
 from vitprune.surgery.width import prune_heads, prune_mlp_neurons
 
-__all__ = ["check_indices", "prune_heads", "prune_mlp_neurons", "slice_linear"]
+__all__ = [
+    "ATTENTION_IDENTITIES", "DepthGates", "add_depth_gates", "add_output_activation", "check_indices", "merge_linears",
+    "prune_depth", "prune_gated", "prune_heads", "prune_mlp_neurons", "remove_activation", "remove_attention",
+    "remove_depth_gates", "slice_linear",
+]

@@ -20,14 +20,7 @@ def slice_linear(linear: nn.Linear, *, out_idx: Sequence[int] | None = None,
     if in_idx is not None:
         cols = torch.as_tensor(list(in_idx), dtype=torch.long, device=weight.device)
         weight = weight.index_select(1, cols)
-    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        new.weight.copy_(weight)
-        if bias is not None:
-            new.bias.copy_(bias)
-    new.train(linear.training)
-    new.weight.requires_grad_(linear.weight.requires_grad)
-    return new
+    return _linear_like(linear, weight, bias)
 
 
 def check_indices(indices: Sequence[int], size: int, what: str) -> list[int]:
@@ -40,3 +33,46 @@ def check_indices(indices: Sequence[int], size: int, what: str) -> list[int]:
     if idx[0] < 0 or idx[-1] >= size:
         raise ValueError(f"{what}: kept indices must lie in [0, {size})")
     return idx
+
+
+def merge_linears(first: nn.Linear, second: nn.Linear, scale: torch.Tensor | None = None) -> nn.Linear:
+    """One Linear equal to ``scale * second(first(x))`` (``scale`` per output feature, e.g. LayerScale).
+
+    ``W = diag(scale) W2 W1`` and ``b = scale * (W2 b1 + b2)``, computed in float64 and cast back,
+    so the merged layer matches the pair to float rounding.
+    """
+    w1, w2 = first.weight.detach().double(), second.weight.detach().double()
+    weight = w2 @ w1
+    bias = torch.zeros(w2.shape[0], dtype=torch.float64, device=w2.device)
+    if first.bias is not None:
+        bias = bias + w2 @ first.bias.detach().double()
+    if second.bias is not None:
+        bias = bias + second.bias.detach().double()
+    if scale is not None:
+        scale = scale.detach().double()
+        weight, bias = scale[:, None] * weight, scale * bias
+    return _linear_like(first, weight, bias)
+
+
+def fold_input_affine(linear: nn.Linear, scale: torch.Tensor, shift: torch.Tensor | None) -> nn.Linear:
+    """One Linear equal to ``linear(scale * x + shift)``: ``W diag(scale)`` and ``W shift + b``."""
+    weight = linear.weight.detach().double()
+    bias = linear.bias.detach().double() if linear.bias is not None else torch.zeros(weight.shape[0],
+                                                                                     dtype=torch.float64,
+                                                                                     device=weight.device)
+    if shift is not None:
+        bias = bias + weight @ shift.detach().double()
+    return _linear_like(linear, weight * scale.detach().double()[None, :], bias)
+
+
+def _linear_like(template: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
+    """A Linear holding ``weight``/``bias`` (cast to ``template``'s dtype) with its device and training flags."""
+    dtype = template.weight.dtype
+    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=dtype)
+    with torch.no_grad():
+        new.weight.copy_(weight.to(dtype))
+        if bias is not None:
+            new.bias.copy_(bias.to(dtype))
+    new.train(template.training)
+    new.weight.requires_grad_(template.weight.requires_grad)
+    return new
