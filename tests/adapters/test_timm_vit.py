@@ -11,6 +11,8 @@ from timm.models.vision_transformer import ParallelScalingBlock, VisionTransform
 from torch import nn
 
 from vitprune.adapters import TimmViTAdapter, get_adapter
+from vitprune.recipe import track
+from vitprune.surgery import prune_depth
 from vitprune.errors import UnsupportedArchitectureError
 
 EXPECTED = {
@@ -49,15 +51,21 @@ def test_adapter_describes_structure(model_spec):
 def _block_from_view(view, x):
     """Recompute a block from the adapter's description: pre-norm residual attention, then MLP."""
     a = view.attn
-    h = view.norm1(x)
-    b, n, _ = h.shape
-    q, k, v = a.qkv(h).reshape(b, n, 3, a.num_heads, a.head_dim).permute(2, 0, 3, 1, 4)
-    q, k = a.module.q_norm(q), a.module.k_norm(k)
-    attn = ((q * a.head_dim ** -0.5) @ k.transpose(-2, -1)).softmax(-1)
-    h = a.proj((attn @ v).transpose(1, 2).reshape(b, n, a.attn_dim))
-    x = x + view.drop_path1(view.ls1(h))
+    if a is not None:
+        h = view.norm1(x)
+        b, n, _ = h.shape
+        q, k, v = a.qkv(h).reshape(b, n, 3, a.num_heads, a.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = a.module.q_norm(q), a.module.k_norm(k)
+        attn = ((q * a.head_dim ** -0.5) @ k.transpose(-2, -1)).softmax(-1)
+        h = a.proj((attn @ v).transpose(1, 2).reshape(b, n, a.attn_dim))
+        x = x + view.drop_path1(view.ls1(h))
+    elif view.norm1 is not None:  # attention removed, its branch reduced to the norm
+        x = x + view.drop_path1(view.ls1(view.norm1(x)))
     m = view.mlp
-    return x + view.drop_path2(view.ls2(m.fc2(m.act(m.fc1(view.norm2(x))))))
+    h = m.fc1(view.norm2(x))
+    if not m.merged:
+        h = m.fc2(m.act(h))
+    return view.act(x + view.drop_path2(view.ls2(h)))
 
 
 def test_view_reproduces_block_forward(model_spec):
@@ -69,6 +77,23 @@ def test_view_reproduces_block_forward(model_spec):
     x = torch.randn(2, adapter.num_tokens, adapter.embed_dim)
     with torch.no_grad():
         for view in adapter.blocks()[:3]:
+            torch.testing.assert_close(_block_from_view(view, x), view.module(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("identity", ["norm", "skip"])
+def test_view_reproduces_depth_pruned_blocks(small_model_spec, identity):
+    """Blocks without attention, with a merged MLP or an output activation are described faithfully too."""
+    name, kwargs = small_model_spec
+    model = track(build(name, kwargs), name, **kwargs)
+    prune_depth(model, [0, 1], [1, 2], identity=identity, output_gelu=True)
+    adapter = get_adapter(model)
+    views = adapter.blocks()
+    assert views[0].attn is None and (views[0].norm1 is None) == (identity == "skip")
+    assert views[1].mlp.merged and isinstance(views[1].act, nn.GELU) and isinstance(views[0].act, nn.Identity)
+    torch.manual_seed(1)
+    x = torch.randn(2, adapter.num_tokens, adapter.embed_dim)
+    with torch.no_grad():
+        for view in views[:3]:
             torch.testing.assert_close(_block_from_view(view, x), view.module(x), rtol=1e-5, atol=1e-5)
 
 
