@@ -1,0 +1,105 @@
+"""``vitprune prune ...``: structural edits that make a model smaller, saved as base + recipe + weights."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from torch import nn
+
+from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, JSON_OPT
+from vitprune.cli.render import render_comparison
+from vitprune.errors import VitpruneError
+from vitprune.measure import Comparison, count_macs, format_count
+
+prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
+                        no_args_is_help=True)
+app.add_typer(prune_app, name="prune")
+
+
+class Identity(str, Enum):
+    norm = "norm"
+    skip = "skip"
+
+
+def parse_indices(text: str, what: str) -> list[int]:
+    """``"0,3,7"`` -> ``[0, 3, 7]``; an empty string is no index."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise VitpruneError(f"--{what} takes comma-separated block indices such as 0,3,7; got {text!r}") from None
+
+
+def _footprint(model: nn.Module) -> dict[str, int]:
+    full = count_macs(model)
+    return {"params": full.params, "macs_full": full.macs, "macs_linear": full.linear_macs}
+
+
+@prune_app.command()
+def depth(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
+    attention: str = typer.Option("", "--attention", help="Blocks whose attention sublayer goes, e.g. 0,3,7,8,11."),
+    activation: str = typer.Option("", "--activation", help="Blocks whose MLP activation goes (fc1 and fc2 merge)."),
+    identity: Identity = typer.Option(
+        Identity.norm, help="What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x."),
+    fold_norm: bool = typer.Option(False, "--fold-norm", help="Fold each merged block's LN2 affine into its Linear."),
+    output_gelu: bool = typer.Option(
+        False, "--output-gelu", help="Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."),
+    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    speed: bool = typer.Option(True, "--speed/--no-speed", help="Measure the speedup (alternating pairs)."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Batch for the speed measurement."),
+    repeats: int = typer.Option(10, min=3, help="Timed pairs for the speed measurement."),
+    device: str = DEVICE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
+    import copy
+
+    from vitprune.device import resolve_device
+    from vitprune.measure import compare_speed
+    from vitprune.models import resolve_model
+    from vitprune.recipe import save
+    from vitprune.surgery import prune_depth
+
+    attn_idx, act_idx = parse_indices(attention, "attention"), parse_indices(activation, "activation")
+    if not attn_idx and not act_idx:
+        raise VitpruneError("nothing to prune: give --attention and/or --activation block indices")
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    pruned = copy.deepcopy(dense)
+    prune_depth(pruned, attn_idx, act_idx, identity=identity.value, fold_norm=fold_norm, output_gelu=output_gelu)
+    before, after = _footprint(dense), _footprint(pruned)
+    summary = {"model": model, "out": str(out), "attention": sorted(attn_idx), "activation": sorted(act_idx),
+               "identity": identity.value, "fold_norm": fold_norm, "output_gelu": output_gelu,
+               "before": before, "after": after}
+    save(pruned, out, metadata={"prune_depth": summary})
+    comparison = None
+    if speed:
+        comparison = compare_speed(pruned, dense, batch_size=batch_size, device=resolve_device(device),
+                                   pairs=repeats, warmup=3, progress=not json_out)
+        summary["speed"] = comparison.to_dict()
+    if json_out:
+        print_json(summary)
+        return
+    _render(summary, comparison)
+
+
+def _render(summary: dict, comparison: Comparison | None) -> None:
+    before, after = summary["before"], summary["after"]
+    table = Table("", "before", "after", "after / before",
+                  title=f"{summary['model']}: attention removed in blocks {summary['attention'] or 'none'}, "
+                        f"activation in {summary['activation'] or 'none'} (identity '{summary['identity']}')")
+    rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
+            ("MACs, linear-only (no attention matmuls)", "macs_linear")]
+    for label, key in rows:
+        table.add_row(label, format_count(before[key]), format_count(after[key]), f"{after[key] / before[key]:.3f}")
+    console.print(table)
+    if comparison is not None:
+        render_comparison("pruned", summary["model"], comparison)
+        console.print(f"MAC ratio (full convention): {before['macs_full'] / after['macs_full']:.3f}×")
+    console.print(f"saved to {summary['out']} (starting checkpoint: {summary['model']})")

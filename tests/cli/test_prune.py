@@ -1,0 +1,75 @@
+"""``vitprune prune depth``: the saved model is the pruned one, the report is exact, mistakes are one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_cli import assert_one_line_error, run
+
+import vitprune
+from vitprune.measure import count_macs
+from vitprune.recipe import read_document
+from vitprune.surgery import prune_depth
+
+TINY = "deit_tiny_patch16_224"
+
+
+def test_prune_depth_saves_the_pruned_model_and_reports_both_conventions(capsys, tmp_path):
+    out = tmp_path / "pruned"
+    code, stdout, _ = run(capsys, "prune", "depth", TINY, "--no-pretrained", "--attention", "0,3", "--activation",
+                          "2,11", "--out", str(out), "--no-speed", "--json")
+    assert code == 0
+    summary = json.loads(stdout)
+    reference = vitprune.create_model(TINY)
+    prune_depth(reference, [0, 3], [2, 11])
+    dense = vitprune.create_model(TINY)
+    assert summary["before"] == {"params": count_macs(dense).params, "macs_full": count_macs(dense).macs,
+                                 "macs_linear": count_macs(dense, convention="linear").macs}
+    assert summary["after"] == {"params": count_macs(reference).params, "macs_full": count_macs(reference).macs,
+                                "macs_linear": count_macs(reference, convention="linear").macs}
+    assert summary["attention"] == [0, 3] and summary["activation"] == [2, 11] and "speed" not in summary
+    loaded = vitprune.load(out)
+    assert [e.op for e in vitprune.get_recipe(loaded).edits] == ["remove_attention"] * 2 + ["remove_activation"] * 2
+    assert read_document(out)["metadata"]["prune_depth"]["after"] == summary["after"]
+    assert count_macs(loaded).params == summary["after"]["params"]
+
+
+def test_prune_depth_measures_the_speedup(capsys, tmp_path, monkeypatch):
+    from vitprune.cli.app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    out = tmp_path / "pruned"
+    code, stdout, _ = run(capsys, "prune", "depth", "digits-vit", "--no-pretrained", "--attention", "1,2,3",
+                          "--activation", "4,5", "--identity", "skip", "--fold-norm", "--out", str(out),
+                          "--repeats", "3", "--batch-size", "4")
+    assert code == 0
+    assert "MACs, full (with attention matmuls)" in stdout and "MACs, linear-only (no attention matmuls)" in stdout
+    assert "alternating pairs" in stdout and "MAC ratio (full convention)" in stdout
+    assert f"saved to {out} (starting checkpoint: digits-vit)" in stdout
+    loaded = vitprune.load(out)
+    assert vitprune.get_recipe(loaded).edits[0].args == {"block": 1, "identity": "skip"}
+    x = torch.randn(2, *vitprune.get_adapter(loaded).input_size)
+    with torch.no_grad():
+        assert torch.isfinite(loaded(x)).all()
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--attention", "3,12"], r"attention index 12 is out of range: the model has 12 blocks \(0-11\)"),
+    (["--activation", "1,1"], "activation index 1 is given more than once"),
+    (["--attention", "a,b"], "--attention takes comma-separated block indices"),
+    ([], "nothing to prune"),
+], ids=["out-of-range", "duplicate", "not-integers", "nothing"])
+def test_prune_depth_user_errors(capsys, tmp_path, args, pattern):
+    code, _, err = run(capsys, "prune", "depth", TINY, "--no-pretrained", "--no-speed", "--out",
+                       str(tmp_path / "x"), *args)
+    assert_one_line_error(code, err, pattern)
+    assert not (tmp_path / "x").exists()
+
+
+def test_prune_depth_rejects_a_gated_mlp(capsys, tmp_path):
+    """SwiGLU has no activation whose removal would let the MLP merge: one line naming the module."""
+    code, _, err = run(capsys, "prune", "depth", "aimv2_large_patch14_224", "--no-pretrained", "--no-speed",
+                       "--activation", "0", "--out", str(tmp_path / "x"))
+    assert_one_line_error(code, err, r"blocks\.0\.mlp is SwiGLU .*gated \(GLU/SwiGLU\) MLPs cannot be represented")
