@@ -1,4 +1,4 @@
-"""Write a directory under a temporary name and rename it into place only when it is complete."""
+"""Write a file or directory under a temporary name and rename it into place only when it is complete."""
 
 from __future__ import annotations
 
@@ -31,4 +31,23 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling path of ``target`` to write; on success it replaces ``target``, on error it goes.
+
+    A reader never sees a half-written file under the real name (the file counterpart of
+    :func:`vitprune.atomic.atomic_directory`).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Not mkstemp: its file is private (0600), and the result should get the umask's permissions like any other.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise

@@ -162,3 +162,13 @@ def test_gated_mlp_model_is_rejected_by_name():
     assert result.stderr.strip() == ("error: unsupported architecture: blocks.0.mlp is SwiGLU (only the plain fc1 -> "
                                      "activation -> fc2 MLP is supported; gated (GLU/SwiGLU) MLPs cannot be "
                                      "represented)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prune", "depth"], "Missing argument 'model'"),
+    (["profile", "digits-vit", "--bogus"], "No such option: --bogus"),
+], ids=["missing-argument", "unknown-option"])
+def test_usage_errors_are_short_messages(capsys, argv, message):
+    """typer's usage errors (its own vendored click classes) end as a usage message and exit 2, no traceback."""
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and "Traceback" not in err

@@ -6,11 +6,15 @@ import json
 import sys
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
 
 from vitprune.errors import VitpruneError
+
+try:  # recent typer vendors its own click, whose usage errors are not click's classes
+    from typer._click import ClickException as _ClickException
+except ImportError:
+    from click import ClickException as _ClickException
 
 app = typer.Typer(
     name="vitprune",
@@ -34,18 +38,18 @@ def print_json(data: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
-    from vitprune.cli import commands, demo, finetune, prune  # noqa: F401  (registers the commands on ``app``)
+    from vitprune.cli import analyze, commands, demo, finetune, prune  # noqa: F401  (registers the commands on ``app``)
 
     try:
         app(args=argv, standalone_mode=False)
     except VitpruneError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except _ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted (a fine-tuning run keeps its last checkpoint: continue it with --resume)")
         sys.exit(130)

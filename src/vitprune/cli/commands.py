@@ -28,8 +28,15 @@ class DType(str, Enum):
     bfloat16 = "bfloat16"
 
 
+class AttentionIdentity(str, Enum):
+    norm = "norm"
+    skip = "skip"
+
+
 JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N.")
+IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity",
+                            help="What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x.")
 CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
 
 

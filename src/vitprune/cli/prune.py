@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +10,7 @@ from rich.table import Table
 from torch import nn
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
-from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, JSON_OPT
+from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
 from vitprune.cli.render import render_comparison
 from vitprune.errors import VitpruneError
 from vitprune.measure import Comparison, count_macs, format_count
@@ -19,11 +18,6 @@ from vitprune.measure import Comparison, count_macs, format_count
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
                         no_args_is_help=True)
 app.add_typer(prune_app, name="prune")
-
-
-class Identity(str, Enum):
-    norm = "norm"
-    skip = "skip"
 
 
 def parse_indices(text: str, what: str) -> list[int]:
@@ -45,8 +39,7 @@ def depth(
     out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
     attention: str = typer.Option("", "--attention", help="Blocks whose attention sublayer goes, e.g. 0,3,7,8,11."),
     activation: str = typer.Option("", "--activation", help="Blocks whose MLP activation goes (fc1 and fc2 merge)."),
-    identity: Identity = typer.Option(
-        Identity.norm, help="What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x."),
+    identity: AttentionIdentity = IDENTITY_OPT,
     fold_norm: bool = typer.Option(False, "--fold-norm", help="Fold each merged block's LN2 affine into its Linear."),
     output_gelu: bool = typer.Option(
         False, "--output-gelu", help="Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."),

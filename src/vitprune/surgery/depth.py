@@ -125,6 +125,24 @@ def check_layer_indices(indices: Sequence[int], num_blocks: int, what: str) -> l
     return sorted(idx)
 
 
+def check_depth_layers(model: nn.Module, attention: Sequence[int] = (),
+                       activation: Sequence[int] = ()) -> tuple[list[int], list[int]]:
+    """Sorted block indices whose attention / activation can be removed, else a one-line :class:`VitpruneError`.
+
+    Each index must be in range, named once, and name a layer the model still has.
+    """
+    views = get_adapter(model).blocks()
+    attention = check_layer_indices(attention, len(views), "attention")
+    activation = check_layer_indices(activation, len(views), "activation")
+    gone = [i for i in attention if views[i].attn is None]
+    if gone:
+        raise VitpruneError(f"block {gone[0]} has no attention left to remove")
+    gone = [i for i in activation if views[i].mlp.merged]
+    if gone:
+        raise VitpruneError(f"block {gone[0]} has no activation left to remove")
+    return attention, activation
+
+
 def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Sequence[int] = (), *,
                 identity: str = "norm", fold_norm: bool = False, output_gelu: bool = False) -> None:
     """Remove the attention of blocks ``attention`` and the activation of blocks ``activation``, in place.
@@ -137,15 +155,7 @@ def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Seq
     if identity not in ATTENTION_IDENTITIES:
         raise VitpruneError(f"unknown attention identity {identity!r} "
                             f"(choose from: {', '.join(ATTENTION_IDENTITIES)})")
-    views = get_adapter(model).blocks()
-    attention = check_layer_indices(attention, len(views), "attention")
-    activation = check_layer_indices(activation, len(views), "activation")
-    gone = [i for i in attention if views[i].attn is None]
-    if gone:
-        raise VitpruneError(f"block {gone[0]} has no attention left to remove")
-    gone = [i for i in activation if views[i].mlp.merged]
-    if gone:
-        raise VitpruneError(f"block {gone[0]} has no activation left to remove")
+    attention, activation = check_depth_layers(model, attention, activation)
     for i in attention:
         remove_attention(model, i, identity=identity)
     for i in activation:

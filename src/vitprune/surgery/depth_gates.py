@@ -69,14 +69,14 @@ def add_depth_gates(model: nn.Module, *, identity: str = "norm", output_gelu: bo
     adapter = get_adapter(model)
     gates = DepthGates(identity=identity, output_gelu=output_gelu)
     for view in adapter.blocks():
-        if view.attn is not None and view.attn.gate is not None or view.mlp.gate is not None:
+        if (view.attn is not None and view.attn.gate is not None) or view.mlp.gate is not None:
             raise VitpruneError(f"{view.name} is gated already")
         param = next(view.module.parameters())
         if view.attn is not None:
-            gate = gates.attention[view.index] = Gate().to(param.device)
+            gate = gates.attention[view.index] = Gate().to(param.device, param.dtype)
             adapter.set_attention_module(view.index, GatedLayer(view.attn.module, gate, _GATED_IDENTITY[identity]))
         if not view.mlp.merged:
-            gate = gates.activation[view.index] = Gate().to(param.device)
+            gate = gates.activation[view.index] = Gate().to(param.device, param.dtype)
             adapter.set_activation(view.index, GatedLayer(view.mlp.act, gate))
         block_gates = [g[view.index] for g in (gates.attention, gates.activation) if view.index in g]
         if output_gelu and block_gates:
