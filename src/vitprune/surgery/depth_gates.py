@@ -50,8 +50,8 @@ class DepthGates:
 
     def importance(self) -> dict[str, dict[int, float]]:
         """The learned importance of every gated layer, by type and block."""
-        return {"attention": {i: float(g.importance) for i, g in self.attention.items()},
-                "activation": {i: float(g.importance) for i, g in self.activation.items()}}
+        return {"attention": {i: g.importance.item() for i, g in self.attention.items()},
+                "activation": {i: g.importance.item() for i, g in self.activation.items()}}
 
     def parameters(self) -> list[nn.Parameter]:
         """The importance parameters (to give an optimiser, e.g. without weight decay)."""
