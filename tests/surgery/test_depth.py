@@ -15,7 +15,9 @@ import vitprune
 from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
-from vitprune.surgery import add_depth_gates, merge_linears, prune_depth, prune_gated, remove_activation
+from vitprune.surgery import (
+    add_depth_gates, merge_linear_mlps, merge_linears, prune_depth, prune_gated, remove_activation,
+)
 
 ATTENTION, ACTIVATION = [0, 3, 7, 8, 11], [2, 7, 8, 10, 11]
 
@@ -110,10 +112,36 @@ def test_save_load_round_trip(tmp_path, small_model_spec):
     assert [(e.op, e.args) for e in vitprune.get_recipe(loaded).edits] == [
         ("remove_attention", {"block": 0, "identity": "skip"}),
         ("remove_attention", {"block": 5, "identity": "skip"}),
-        ("remove_activation", {"block": 5, "fold_norm": True}),
-        ("remove_activation", {"block": 6, "fold_norm": True}),
+        ("remove_activation", {"block": 5, "fold_norm": True, "merge": True}),
+        ("remove_activation", {"block": 6, "fold_norm": True, "merge": True}),
         ("add_output_activation", {"block": 5, "act": "gelu"}),
     ]
+
+
+def test_unmerged_removal_then_merge_is_exact(small_model_spec, tmp_path):
+    """HetDPT fine-tunes fc1 and fc2 apart and merges afterwards: both states equal the gated model."""
+    name, kwargs = small_model_spec
+    model = _tracked(name, kwargs)
+    params = count_macs(model).params
+    folded = sum(p.numel() for p in model.blocks[2].ls1.parameters())  # LayerScale folds into LN1
+    expected = _assert_pruned_equals_gated(model, [2], [3, 4], merge=False)
+    dim = vitprune.get_adapter(model).embed_dim
+    # The unmerged linears keep all their weights: only the attention's go.
+    assert count_macs(model).params == params - (4 * dim * dim + 4 * dim) - folded
+    views = vitprune.get_adapter(model).blocks()
+    assert not views[3].mlp.has_activation and not views[3].mlp.merged and views[5].mlp.has_activation
+    with pytest.raises(VitpruneError, match="block 3 has no activation left to remove"):
+        prune_depth(model, [], [3])
+    vitprune.save(model, tmp_path / "unmerged")
+    assert merge_linear_mlps(model) == [3, 4]
+    x = _input(model)
+    assert (_out(model, x) - expected).abs().max().item() <= 1e-4
+    assert [e.op for e in vitprune.get_recipe(model).edits][-2:] == ["merge_mlp", "merge_mlp"]
+    assert merge_linear_mlps(model) == []
+    loaded = vitprune.load(tmp_path / "unmerged")
+    assert (_out(loaded, x) - expected).abs().max().item() <= 1e-4
+    with pytest.raises(ValueError, match="fold_norm folds into the merged Linear"):
+        remove_activation(loaded, 6, fold_norm=True, merge=False)
 
 
 def test_structure_is_plain_modules():

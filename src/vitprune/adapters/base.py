@@ -44,8 +44,8 @@ class AttentionView:
 class MlpView:
     """The feed-forward sublayer of one block: ``fc2(act(fc1(x)))``.
 
-    ``fc2`` is ``None`` once the activation is gone and ``fc2 · fc1`` has been merged into the one
-    linear layer ``fc1`` (``act`` is then the identity).
+    ``act`` is ``nn.Identity`` once depth surgery removed the activation; ``fc2`` is ``None`` once
+    ``fc2 · fc1`` has then been merged into the one linear layer ``fc1``.
     """
 
     module: nn.Module
@@ -59,6 +59,11 @@ class MlpView:
     def merged(self) -> bool:
         """Whether the MLP is a single merged linear layer."""
         return self.fc2 is None
+
+    @property
+    def has_activation(self) -> bool:
+        """Whether the MLP still has its nonlinearity (a removed one leaves ``fc2(fc1(x))``, merged or not)."""
+        return not self.merged and not isinstance(self.act, nn.Identity)
 
     @property
     def hidden_features(self) -> int | None:

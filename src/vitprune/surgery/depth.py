@@ -79,17 +79,39 @@ def remove_attention(model: nn.Module, block: int, identity: str = "norm") -> No
 
 
 @register_edit("remove_activation")
-def remove_activation(model: nn.Module, block: int, fold_norm: bool = False) -> None:
-    """Remove the MLP activation of block ``block`` and merge fc2·fc1 (and LayerScale) into one Linear.
+def remove_activation(model: nn.Module, block: int, fold_norm: bool = False, merge: bool = True) -> None:
+    """Remove the MLP activation of block ``block``, leaving ``fc2(fc1(x))``; with ``merge``, as one Linear.
+
+    ``merge=False`` keeps fc1 and fc2 apart (HetDPT fine-tunes them so and merges afterwards, with
+    :func:`merge_mlp`). ``fold_norm`` is :func:`merge_mlp`'s.
+    """
+    adapter = get_adapter(model)
+    if not adapter.block(block).mlp.has_activation:
+        raise ValueError(f"block {block} has no activation left to remove")
+    if fold_norm and not merge:
+        raise ValueError("fold_norm folds into the merged Linear, so it needs merge=True")
+    adapter.set_activation(block, nn.Identity())
+    if merge:
+        _merge(adapter, block, fold_norm)
+
+
+@register_edit("merge_mlp")
+def merge_mlp(model: nn.Module, block: int, fold_norm: bool = False) -> None:
+    """Merge fc2·fc1 (and LayerScale) of block ``block``, whose activation is gone, into one Linear.
 
     ``fold_norm`` also folds the affine part of ``norm2`` into the merged Linear, leaving a
     parameter-free LayerNorm before it.
     """
     adapter = get_adapter(model)
+    mlp = adapter.block(block).mlp
+    if mlp.merged or mlp.has_activation:
+        raise ValueError(f"block {block} has no activation-free MLP left to merge")
+    _merge(adapter, block, fold_norm)
+
+
+def _merge(adapter, block: int, fold_norm: bool) -> None:
     view = adapter.block(block)
     mlp = view.mlp
-    if mlp.merged:
-        raise ValueError(f"block {block} has no activation left to remove")
     linear = merge_linears(mlp.fc1, mlp.fc2, _layer_scale(view.ls2, f"{view.name}.ls2"))
     if fold_norm:
         norm = _affine_layer_norm(view.norm2, f"{view.name}.norm2")
@@ -99,6 +121,14 @@ def remove_activation(model: nn.Module, block: int, fold_norm: bool = False) -> 
             bare = nn.LayerNorm(norm.normalized_shape, eps=norm.eps, elementwise_affine=False)
             adapter.set_norm(block, 2, bare.train(norm.training))
     adapter.merge_mlp(block, linear)
+
+
+def merge_linear_mlps(model: nn.Module, fold_norm: bool = False) -> list[int]:
+    """Merge every MLP whose activation was removed but whose linears are still apart; returns their blocks."""
+    blocks = [v.index for v in get_adapter(model).blocks() if not v.mlp.merged and not v.mlp.has_activation]
+    for block in blocks:
+        merge_mlp(model, block, fold_norm=fold_norm)
+    return blocks
 
 
 @register_edit("add_output_activation")
@@ -137,19 +167,22 @@ def check_depth_layers(model: nn.Module, attention: Sequence[int] = (),
     gone = [i for i in attention if views[i].attn is None]
     if gone:
         raise VitpruneError(f"block {gone[0]} has no attention left to remove")
-    gone = [i for i in activation if views[i].mlp.merged]
+    gone = [i for i in activation if not views[i].mlp.has_activation]
     if gone:
         raise VitpruneError(f"block {gone[0]} has no activation left to remove")
     return attention, activation
 
 
 def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Sequence[int] = (), *,
-                identity: str = "norm", fold_norm: bool = False, output_gelu: bool = False) -> None:
+                identity: str = "norm", fold_norm: bool = False, output_gelu: bool = False,
+                merge: bool = True) -> None:
     """Remove the attention of blocks ``attention`` and the activation of blocks ``activation``, in place.
 
     ``identity`` chooses what a removed attention leaves (:data:`ATTENTION_IDENTITIES`);
-    ``fold_norm`` folds each merged block's norm2 affine into its merged Linear; ``output_gelu``
-    reproduces the reference code's GELU on the output of every block that has lost both.
+    ``merge=False`` leaves each activation-free MLP as fc1 and fc2, to be fine-tuned so and merged
+    later (:func:`merge_linear_mlps`); ``fold_norm`` folds each merged block's norm2 affine into its
+    merged Linear; ``output_gelu`` reproduces the reference code's GELU on the output of every block
+    that has lost both.
     Indices out of range, repeated or naming a layer already removed raise :class:`VitpruneError`.
     """
     if identity not in ATTENTION_IDENTITIES:
@@ -159,8 +192,8 @@ def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Seq
     for i in attention:
         remove_attention(model, i, identity=identity)
     for i in activation:
-        remove_activation(model, i, fold_norm=fold_norm)
+        remove_activation(model, i, fold_norm=fold_norm, merge=merge)
     if output_gelu:
         for view in get_adapter(model).blocks():
-            if view.attn is None and view.mlp.merged and isinstance(view.act, nn.Identity):
+            if view.attn is None and not view.mlp.has_activation and isinstance(view.act, nn.Identity):
                 add_output_activation(model, view.index)

@@ -75,7 +75,7 @@ def add_depth_gates(model: nn.Module, *, identity: str = "norm", output_gelu: bo
         if view.attn is not None:
             gate = gates.attention[view.index] = Gate().to(param.device, param.dtype)
             adapter.set_attention_module(view.index, GatedLayer(view.attn.module, gate, _GATED_IDENTITY[identity]))
-        if not view.mlp.merged:
+        if view.mlp.has_activation:
             gate = gates.activation[view.index] = Gate().to(param.device, param.dtype)
             adapter.set_activation(view.index, GatedLayer(view.mlp.act, gate))
         block_gates = [g[view.index] for g in (gates.attention, gates.activation) if view.index in g]

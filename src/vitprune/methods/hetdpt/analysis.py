@@ -134,7 +134,7 @@ def _check_layers(model: nn.Module, layers: Sequence[tuple[str, int]] | None) ->
     if layers is None:
         views = get_adapter(model).blocks()
         return ([("attention", v.index) for v in views if v.attn is not None]
-                + [("activation", v.index) for v in views if not v.mlp.merged])
+                + [("activation", v.index) for v in views if v.mlp.has_activation])
     layers = [(kind, int(block)) for kind, block in layers]
     unknown = [kind for kind, _ in layers if kind not in LAYER_TYPES]
     if unknown:
