@@ -145,3 +145,20 @@ def test_merged_mlp_is_represented():
     x = torch.randn(2, 5, 32)
     with torch.no_grad():
         torch.testing.assert_close(view.module(x), merged(x), rtol=0, atol=0)
+
+
+def test_pre_logits_are_what_the_classifier_reads(model_spec):
+    """Class token, average pooling, LayerScale and the two tokens of a distilled DeiT all give (B, embed_dim)."""
+    name, kwargs = model_spec
+    model = build(name, kwargs)
+    adapter = get_adapter(model)
+    torch.manual_seed(1)
+    x = torch.randn(2, *adapter.input_size)
+    with torch.no_grad():
+        features = adapter.pre_logits(x)
+        assert features.shape == (2, adapter.embed_dim)
+        if hasattr(model, "head_dist"):
+            tokens = model.forward_features(x)
+            torch.testing.assert_close(features, (tokens[:, 0] + tokens[:, 1]) / 2)
+        else:
+            torch.testing.assert_close(model.head(features), model(x))

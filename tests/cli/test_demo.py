@@ -1,4 +1,4 @@
-"""``vitprune demo`` end to end on the embedded default (trained once per test session)."""
+"""``vitprune demo`` end to end on the embedded default: measure it, prune it with HetDPT, compare."""
 
 from __future__ import annotations
 
@@ -7,12 +7,18 @@ import json
 import pytest
 from test_cli import run
 
+import vitprune
 from vitprune.measure import count_macs
 
 
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory):
+    return tmp_path_factory.mktemp("demo") / "out"
+
+
 @pytest.mark.slow
-def test_demo_reports_accuracy_macs_and_speed(capsys, trained_digits):
-    code, out, _ = run(capsys, "demo", "--json", "--repeats", "3")
+def test_demo_measures_prunes_and_compares(capsys, trained_digits, demo_out):
+    code, out, _ = run(capsys, "demo", "--json", "--repeats", "3", "--out", str(demo_out))
     data = json.loads(out)
     assert code == 0
     assert data["starting_checkpoint"].startswith("digits-vit")
@@ -21,10 +27,21 @@ def test_demo_reports_accuracy_macs_and_speed(capsys, trained_digits):
     assert data["linear_macs"] == count_macs(trained_digits, convention="linear").macs
     assert data["latency"]["batch_size"] == 1 and data["throughput"]["batch_size"] == 64
     assert data["latency"]["repeats"] == 3
+    hetdpt = data["hetdpt"]
+    assert hetdpt["budget"] == 8 and len(hetdpt["attention"]) + len(hetdpt["activation"]) == 8
+    assert hetdpt["split"]["chosen_by"] == "predictor" and hetdpt["top1"]["dense"] == data["eval"]["top1"]
+    pruned = vitprune.load(demo_out / "model")
+    assert count_macs(pruned).params == hetdpt["pruned"]["params"] < hetdpt["dense"]["params"]
+    assert (demo_out / "predictor.png").read_bytes().startswith(b"\x89PNG")
+    assert hetdpt["top1"]["finetuned"] >= 0.9  # recovered on the 360 validation digits
 
 
 @pytest.mark.slow
-def test_demo_tables(capsys, trained_digits):
-    code, out, _ = run(capsys, "demo", "--repeats", "3")
+def test_demo_tables_reuse_the_finished_run(capsys, trained_digits, demo_out, monkeypatch):
+    from vitprune.cli.app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    code, out, _ = run(capsys, "demo", "--repeats", "3", "--out", str(demo_out))
     assert code == 0
     assert "starting checkpoint" in out and "convention 'full'" in out and "images/s" in out
+    assert "HetDPT on digits-vit" in out and "chosen by predictor" in out and "speedup" in out

@@ -73,3 +73,36 @@ def test_prune_depth_rejects_a_gated_mlp(capsys, tmp_path):
     code, _, err = run(capsys, "prune", "depth", "aimv2_large_patch14_224", "--no-pretrained", "--no-speed",
                        "--activation", "0", "--out", str(tmp_path / "x"))
     assert_one_line_error(code, err, r"blocks\.0\.mlp is SwiGLU .*gated \(GLU/SwiGLU\) MLPs cannot be represented")
+
+
+FAST_HETDPT = ["--epochs", "1", "--search-epochs", "1", "--probe-epochs", "1", "--batch-size", "64"]
+
+
+def test_prune_hetdpt_runs_and_reports(capsys, tmp_path, monkeypatch):
+    from vitprune.cli.app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    out = tmp_path / "run"
+    code, stdout, _ = run(capsys, "prune", "hetdpt", "digits-vit", "--no-pretrained", "--data", "digits",
+                          "--budget", "2", "--split", "1,1", "--distill", "none", "--out", str(out), *FAST_HETDPT)
+    assert code == 0
+    assert "budget 2 layers = 1 attention + 1 activation (chosen by user)" in stdout
+    assert "MACs (full)" in stdout and "MACs (linear)" in stdout and "alternating pairs" in stdout
+    assert f"saved the pruned model to {out / 'model'}" in stdout
+    report = json.loads((out / "report.json").read_text())
+    loaded = vitprune.load(out / "model")
+    assert count_macs(loaded).params == report["pruned"]["params"]
+    assert [e.op for e in vitprune.get_recipe(loaded).edits] == ["remove_attention", "remove_activation", "merge_mlp"]
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--budget", "25"], r"budget 25 is out of range: the model has 12 attention and 12 activation layers"),
+    (["--budget", "3", "--split", "1,1"], "split 1,1 removes 2 layers, not the budget of 3"),
+    (["--budget", "2", "--split", "x"], "--split takes 'auto' or two counts"),
+    (["--budget", "2", "--data", "/no/such/dir"], "/no/such/dir"),
+], ids=["budget-too-big", "split-sum", "split-form", "missing-data"])
+def test_prune_hetdpt_user_errors(capsys, tmp_path, args, pattern):
+    data = [] if "--data" in args else ["--data", "digits"]
+    code, _, err = run(capsys, "prune", "hetdpt", "digits-vit", "--no-pretrained", "--out", str(tmp_path / "x"),
+                       *data, *args)
+    assert_one_line_error(code, err, pattern)

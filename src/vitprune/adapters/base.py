@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from vitprune.layers import Gate
@@ -133,6 +134,14 @@ class ViTAdapter(ABC):
     @abstractmethod
     def input_size(self) -> tuple[int, int, int]:
         """Expected input as (channels, height, width)."""
+
+    @abstractmethod
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads for images ``x``: ``(B, C, H, W)`` in, ``(B, F)`` out.
+
+        That is the pooled, normalised output of the last block, whatever the pooling (class
+        token, average of the patch tokens, the two tokens of a distilled DeiT).
+        """
 
     @abstractmethod
     def classifier_heads(self) -> list[nn.Module]:

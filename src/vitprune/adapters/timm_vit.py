@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
@@ -109,6 +110,10 @@ class TimmViTAdapter(ViTAdapter):
     def input_size(self) -> tuple[int, int, int]:
         pe = self.model.patch_embed
         return (pe.proj.in_channels, *pe.img_size)
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        # timm's own head path: pool, fc_norm, head dropout; a distilled DeiT averages its two tokens.
+        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
 
     def classifier_heads(self) -> list[nn.Module]:
         heads = [self.model.head, getattr(self.model, "head_dist", None)]

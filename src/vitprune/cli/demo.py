@@ -1,42 +1,67 @@
-"""``vitprune demo``: the main job on the embedded default (digits ViT), end to end, offline."""
+"""``vitprune demo``: the main job on the embedded default (digits ViT), end to end, offline.
+
+Train (once, then cached) or load the digits ViT; evaluate, profile and time it; then prune it
+with HetDPT (predictor -> learned importance -> self-distilled fine-tune -> merge), and show what
+was gained, measured.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-from vitprune.cli.app import app, console, print_json
+from vitprune.cli.app import app, console, err_console, print_json
 from vitprune.cli.commands import JSON_OPT
-from vitprune.cli.render import render_eval, render_profile, render_speed
+from vitprune.cli.render import render_eval, render_hetdpt, render_profile, render_speed
+
+DEMO_BUDGET = 8
 
 
 @app.command()
 def demo(
+    out: Path = typer.Option(Path("vitprune-demo"), "--out", help="Where the pruned model, plots and report go."),
+    budget: int = typer.Option(DEMO_BUDGET, "--budget", "-k", help="Layers HetDPT removes (of 24)."),
     repeats: int = typer.Option(20, min=3, help="Timed runs per speed measurement."),
+    fresh: bool = typer.Option(False, "--fresh", help="Delete --out first instead of reusing its finished stages."),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Train (once, then cached) or load the digits ViT, then evaluate, profile and benchmark it."""
+    """Train or load the digits ViT, measure it, prune it with HetDPT and compare dense vs pruned."""
+    import shutil
+
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset, build_loader
     from vitprune.measure import count_macs, measure_speed
+    from vitprune.methods.hetdpt.pipeline import preset, run_hetdpt
     from vitprune.models import create_model
     from vitprune.training import evaluate
 
     model = create_model("digits-vit", pretrained=True)
-    val = build_dataset("digits", "val", input_size=get_adapter(model).input_size)
+    input_size = get_adapter(model).input_size
+    train, val = (build_dataset("digits", split, input_size=input_size) for split in ("train", "val"))
     metrics = evaluate(model, build_loader(val, 256, shuffle=False, seed=0), progress=not json_out)
     full, linear = count_macs(model), count_macs(model, convention="linear")
     latency = measure_speed(model, batch_size=1, repeats=repeats, progress=not json_out)
     throughput = measure_speed(model, batch_size=64, repeats=repeats, progress=not json_out)
+    if not json_out:
+        console.rule("digits-vit: the embedded default (starting checkpoint: trained by vitprune, cached)")
+        render_eval("digits-vit", "digits", "val", metrics)
+        render_profile("digits-vit", full)
+        console.print(f"linear-only convention (no attention matmuls): {linear.macs:,} MACs per image")
+        render_speed("digits-vit (latency, batch 1)", latency)
+        render_speed("digits-vit (throughput, batch 64)", throughput)
+        console.rule(f"HetDPT: remove {budget} of the 24 attention + GELU layers")
+    if fresh and out.exists():
+        shutil.rmtree(out)
+    config = preset("digits")
+    config.speed_pairs = repeats
+    report = run_hetdpt(model, train, val, budget=budget, run_dir=out, config=config, progress=not json_out,
+                        resume=True, log=(lambda _m: None) if json_out else err_console.print)
     if json_out:
         print_json({
             "model": "digits-vit", "starting_checkpoint": "digits-vit (trained by vitprune, cached)",
             "eval": metrics, "profile": full.to_dict(), "linear_macs": linear.macs,
-            "latency": latency.to_dict(), "throughput": throughput.to_dict(),
+            "latency": latency.to_dict(), "throughput": throughput.to_dict(), "hetdpt": report,
         })
         return
-    console.rule("digits-vit: the embedded default (starting checkpoint: trained by vitprune, cached)")
-    render_eval("digits-vit", "digits", "val", metrics)
-    render_profile("digits-vit", full)
-    console.print(f"linear-only convention (no attention matmuls): {linear.macs:,} MACs per image")
-    render_speed("digits-vit (latency, batch 1)", latency)
-    render_speed("digits-vit (throughput, batch 64)", throughput)
+    render_hetdpt("digits-vit", report)

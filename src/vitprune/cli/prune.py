@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from torch import nn
 
-from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
 from vitprune.cli.render import render_comparison
 from vitprune.errors import VitpruneError
@@ -96,3 +96,60 @@ def _render(summary: dict, comparison: Comparison | None) -> None:
         render_comparison("pruned", summary["model"], comparison)
         console.print(f"MAC ratio (full convention): {before['macs_full'] / after['macs_full']:.3f}×")
     console.print(f"saved to {summary['out']} (starting checkpoint: {summary['model']})")
+
+
+@prune_app.command()
+def hetdpt(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    budget: int = typer.Option(..., "--budget", "-k", help="Layers to remove in all: attention sublayers + GELUs."),
+    out: Path = typer.Option(..., "--out", help="Run directory: stage results, fine-tuning run, model/, report."),
+    split: str = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type."),
+    preset: Optional[str] = typer.Option(
+        None, help="Settings: digits (minutes on a CPU) or imagenet (the reference scale); default by --data."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Stage-2 fine-tuning epochs."),
+    search_epochs: Optional[int] = typer.Option(None, "--search-epochs", min=1, help="Step-2 importance epochs."),
+    probe_epochs: Optional[int] = typer.Option(None, "--probe-epochs", min=1,
+                                               help="Fast fine-tune epochs per predictor point."),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Stage-2 peak learning rate."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Batch for every stage."),
+    distill: Optional[str] = typer.Option(None, help="Self-distillation from the unpruned model: none, soft or hard."),
+    identity: AttentionIdentity = IDENTITY_OPT,
+    output_gelu: bool = typer.Option(False, "--output-gelu", help="Compatibility: the reference code's extra GELU."),
+    shortlist: Optional[int] = typer.Option(None, min=1, help="Step 2 chooses among each type's N lowest-TE layers."),
+    min_per_type: int = typer.Option(0, "--min-per-type", min=0, help="Predictor search: remove at least this many "
+                                                                          "of each type."),
+    predictor: Optional[Path] = typer.Option(None, "--predictor", help="Reuse predictor.json from an earlier run."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
+    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    device: str = DEVICE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """HetDPT: choose how many attention/GELU layers to remove (predictor), which (learned importance), fine-tune, merge."""
+    from vitprune.adapters import get_adapter
+    from vitprune.cli.render import render_hetdpt
+    from vitprune.data import build_dataset
+    from vitprune.device import resolve_device
+    from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
+    from vitprune.models import resolve_model
+
+    chosen_split = parse_split(split)
+    config = configure(preset or ("digits" if data == "digits" else "imagenet"), epochs=epochs,
+                       search_epochs=search_epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size,
+                       distill=distill, identity=identity.value, output_gelu=output_gelu, shortlist=shortlist,
+                       min_per_type=min_per_type)
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    input_size = get_adapter(dense).input_size
+    train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
+    val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
+    report = run_hetdpt(dense, train_set, val_set, budget=budget, split=chosen_split, run_dir=out, config=config,
+                        device=resolve_device(device), progress=not json_out, resume=resume, predictor=predictor,
+                        log=(lambda _m: None) if json_out else err_console.print)
+    report["model"] = model
+    if json_out:
+        print_json(report)
+    else:
+        render_hetdpt(model, report)

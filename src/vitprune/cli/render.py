@@ -63,3 +63,35 @@ def render_eval(model: str, data: str, split: str, metrics: dict) -> None:
     table.add_row(model, f"{data}/{split}", str(metrics["count"]), f"{100 * metrics['top1']:.2f}%",
                   "-" if top5 is None else f"{100 * top5:.2f}%", f"{metrics['loss']:.4f}")
     console.print(table)
+
+
+def render_hetdpt(model: str, report: dict) -> None:
+    """What HetDPT chose and what it gained: indices, predictor, accuracy, params, MACs, measured speed."""
+    split, predictor = report["split"], report.get("predictor")
+    console.print(f"[bold]HetDPT on {model}[/] (starting checkpoint: {model}): budget {report['budget']} layers = "
+                  f"{split['attention']} attention + {split['activation']} activation (chosen by {split['chosen_by']})")
+    console.print(f"attention removed in blocks {report['attention']}; activation removed (fc1·fc2 merged) in "
+                  f"blocks {report['activation']}")
+    if predictor is not None:
+        fit = predictor["fit"]
+        line = ", ".join(f"{p['attention']}+{p['activation']}: {p['predicted']:.2f}" for p in predictor["split"]["line"])
+        console.print(f"predictor: degree {fit['degree']} polynomial, L2OCV MAE {fit['mae']:.3f} / RMSE "
+                      f"{fit['rmse']:.3f} over {len(fit['points'])} points; predicted top-1 along the budget line: "
+                      f"{line}")
+    top1, dense, pruned, speed = report["top1"], report["dense"], report["pruned"], report["speed"]
+    table = Table("", "dense", "pruned", "pruned / dense",
+                  title=f"{model} vs HetDPT-pruned (MACs per image: full = with attention matmuls, linear = "
+                        "linear/conv layers only)")
+    table.add_row("top-1", f"{100 * top1['dense']:.2f}%", f"{100 * top1['finetuned']:.2f}% "
+                  f"(right after removal {100 * top1['pruned']:.2f}%)", "")
+    for label, key in (("params", "params"), ("MACs (full)", "macs_full"), ("MACs (linear)", "macs_linear")):
+        table.add_row(label, format_count(dense[key]), format_count(pruned[key]), f"{pruned[key] / dense[key]:.3f}")
+    ctx = speed["a"]["context"]
+    table.add_row(f"ms/batch ({ctx['device_name']}, {ctx['dtype']}, batch {ctx['batch_size']})",
+                  f"{speed['b']['median_ms']:.2f}", f"{speed['a']['median_ms']:.2f}",
+                  f"speedup {speed['speedup']:.3f}× (IQR {speed['speedup_q1']:.3f}–{speed['speedup_q3']:.3f}, "
+                  f"{speed['pairs']} alternating pairs)")
+    console.print(table)
+    seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report["seconds"].items())
+    console.print(f"time per stage: {seconds}")
+    console.print(f"saved the pruned model to {report['model_dir']}")

@@ -11,6 +11,7 @@ from vitprune.data.digits import (
     DigitsDataset,
     load_digits_split,
 )
+from vitprune.data.subset import balanced_subset
 
 __all__ = [
     "DIGITS_INPUT_SIZE",
@@ -20,6 +21,7 @@ __all__ = [
     "NAMED_DATASETS",
     "SPLITS",
     "DigitsDataset",
+    "balanced_subset",
     "build_dataset",
     "build_loader",
     "load_digits_split",

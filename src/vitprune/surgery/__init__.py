@@ -2,7 +2,7 @@
 
 from vitprune.surgery.depth import (
     ATTENTION_IDENTITIES, add_output_activation, check_depth_layers, merge_linear_mlps, merge_mlp, prune_depth,
-    remove_activation, remove_attention,
+    remaining_layers, remove_activation, remove_attention,
 )
 from vitprune.surgery.depth_gates import DepthGates, add_depth_gates, prune_gated, remove_depth_gates
 from vitprune.surgery.linear import check_indices, merge_linears, slice_linear
@@ -11,6 +11,7 @@ from vitprune.surgery.width import prune_heads, prune_mlp_neurons
 __all__ = [
     "ATTENTION_IDENTITIES", "DepthGates", "add_depth_gates", "add_output_activation", "check_depth_layers",
     "check_indices", "merge_linear_mlps", "merge_linears", "merge_mlp",
-    "prune_depth", "prune_gated", "prune_heads", "prune_mlp_neurons", "remove_activation", "remove_attention",
+    "prune_depth", "prune_gated", "prune_heads", "prune_mlp_neurons", "remaining_layers", "remove_activation",
+    "remove_attention",
     "remove_depth_gates", "slice_linear",
 ]

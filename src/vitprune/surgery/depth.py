@@ -142,6 +142,13 @@ def add_output_activation(model: nn.Module, block: int, act: str = "gelu") -> No
     adapter.set_output_activation(block, _OUTPUT_ACTIVATIONS[act]())
 
 
+def remaining_layers(model: nn.Module) -> dict[str, list[int]]:
+    """The blocks that still have their attention, and their activation, keyed by layer type."""
+    views = get_adapter(model).blocks()
+    return {"attention": [v.index for v in views if v.attn is not None],
+            "activation": [v.index for v in views if v.mlp.has_activation]}
+
+
 def check_layer_indices(indices: Sequence[int], num_blocks: int, what: str) -> list[int]:
     """Sorted block indices for removal: each in range and named once, else a :class:`VitpruneError`."""
     idx = [int(i) for i in indices]

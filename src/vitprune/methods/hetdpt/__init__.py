@@ -2,9 +2,24 @@
 
 So far the two analyses that motivate the method (paper Figs. 4 and 5): :func:`gradient_disparity`
 and :func:`recovery_asymmetry`, with their figures.
+
+Stage 1, Step 1, the Model Accuracy Predictor: :func:`fit_predictor` fits it to measured
+``(a, t, accuracy)`` points and :func:`search_split` divides a depth budget between the two types.
+:func:`collect_predictor_data` measures those points (Algorithms 1 and 2), removing at each round
+the layer of least transfer entropy (:func:`transfer_entropy`; :func:`rank_layers` is "TE-static").
 """
 
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES, gradient_disparity, recovery_asymmetry
-from vitprune.methods.hetdpt.plots import plot_gradient_disparity, plot_recovery
+from vitprune.methods.hetdpt.collect import INTERLEAVED_ORDERS, POINT_ALGORITHMS, collect_predictor_data
+from vitprune.methods.hetdpt.entropy import feature_entropy, rank_layers, transfer_entropy
+from vitprune.methods.hetdpt.plots import plot_gradient_disparity, plot_predictor, plot_recovery
+from vitprune.methods.hetdpt.predictor import (
+    PredictorFit, Split, fit_predictor, load_predictor, save_predictor, search_split,
+)
 
-__all__ = ["LAYER_TYPES", "gradient_disparity", "plot_gradient_disparity", "plot_recovery", "recovery_asymmetry"]
+__all__ = [
+    "INTERLEAVED_ORDERS", "LAYER_TYPES", "POINT_ALGORITHMS", "PredictorFit", "Split", "collect_predictor_data",
+    "feature_entropy", "fit_predictor", "gradient_disparity", "load_predictor", "plot_gradient_disparity",
+    "plot_predictor", "plot_recovery", "rank_layers", "recovery_asymmetry", "save_predictor", "search_split",
+    "transfer_entropy",
+]

@@ -22,11 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from vitprune.adapters import get_adapter
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.surgery import add_depth_gates, prune_depth
-from vitprune.surgery.depth import check_depth_layers
+from vitprune.surgery import add_depth_gates, check_depth_layers, prune_depth, remaining_layers
 from vitprune.training import TrainConfig, Trainer, evaluate
 from vitprune.training.progress import progress_bar
 
@@ -132,9 +130,7 @@ def recovery_asymmetry(
 def _check_layers(model: nn.Module, layers: Sequence[tuple[str, int]] | None) -> list[tuple[str, int]]:
     """``layers`` as ``(type, block)`` pairs the model still has, each named once; by default all of them."""
     if layers is None:
-        views = get_adapter(model).blocks()
-        return ([("attention", v.index) for v in views if v.attn is not None]
-                + [("activation", v.index) for v in views if v.mlp.has_activation])
+        return [(kind, block) for kind, blocks in remaining_layers(model).items() for block in blocks]
     layers = [(kind, int(block)) for kind, block in layers]
     unknown = [kind for kind, _ in layers if kind not in LAYER_TYPES]
     if unknown:

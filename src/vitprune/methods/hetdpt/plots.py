@@ -10,12 +10,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from vitprune.atomic import atomic_file
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from vitprune.methods.hetdpt.predictor import PredictorFit, Split
 
 _COLORS = {"attention": "tab:blue", "activation": "tab:orange"}
 
@@ -78,3 +82,48 @@ def _save(fig: Figure, path: str | os.PathLike) -> Path:
     with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     return Path(path)
+
+
+def plot_predictor(fit: PredictorFit, path: str | os.PathLike, *, budget: int | None = None,
+                   num_layers: int | None = None, split: Split | None = None) -> Path:
+    """Filled contours of the MAP's predicted accuracy over pruned attention × pruned activation, with its data.
+
+    ``fit`` comes from :func:`~vitprune.methods.hetdpt.fit_predictor`. Axes count pruned layers
+    when ``num_layers`` is given and show pruning ratios otherwise. ``budget`` draws the line
+    ``n_attn + n_act = budget``; ``split`` (from :func:`~vitprune.methods.hetdpt.search_split`)
+    marks its feasible splits and stars the chosen one, and implies its own budget. Both need
+    ``num_layers``. Points are coloured by their measured accuracy on the surface's scale.
+    """
+    if split is not None and budget is None:
+        budget = split.attention + split.activation
+    if budget is not None and num_layers is None:
+        raise VitpruneError("plot_predictor needs num_layers to draw a budget or a split")
+    scale = num_layers or 1
+    fig = _figure(figsize=(6, 5))
+    ax = fig.subplots()
+    grid = np.linspace(0, scale, 121)
+    pruned_attn, pruned_act = np.meshgrid(grid, grid)
+    surface = ax.contourf(pruned_attn, pruned_act, fit.predict(1 - pruned_attn / scale, 1 - pruned_act / scale),
+                          levels=20, cmap="viridis")
+    fig.colorbar(surface, ax=ax, label="predicted accuracy (%)")
+    points = np.asarray(fit.points)
+    ax.scatter((1 - points[:, 0]) * scale, (1 - points[:, 1]) * scale, c=points[:, 2], cmap=surface.cmap,
+               norm=surface.norm, edgecolors="black", zorder=3, clip_on=False, label="measured")
+    if budget is not None:
+        ends = np.array([max(0, budget - scale), min(scale, budget)])
+        ax.plot(ends, budget - ends, "w--", label=f"budget {budget}")
+    if split is not None:
+        ax.scatter([s["attention"] for s in split.line], [s["activation"] for s in split.line], marker="x",
+                   color="white", zorder=3, clip_on=False)
+        label = f"chosen {split.attention}+{split.activation}: {split.predicted:.2f}%"
+        ax.scatter([split.attention], [split.activation], marker="*", s=250, color="tab:red", edgecolors="white",
+                   zorder=4, clip_on=False, label=label)
+    unit = "layers" if num_layers else "ratio"
+    ax.set_xlabel(f"pruned attention {unit}")
+    ax.set_ylabel(f"pruned activation {unit}")
+    ax.set_xlim(0, scale)
+    ax.set_ylim(0, scale)
+    ax.set_aspect("equal")
+    ax.set_title(f"MAP, degree {fit.degree} (L2OCV MAE {fit.mae:.3f}, RMSE {fit.rmse:.3f})")
+    ax.legend(loc="upper right", fontsize="small")
+    return _save(fig, path)

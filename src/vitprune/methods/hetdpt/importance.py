@@ -1,0 +1,163 @@
+"""HetDPT Stage 1 Step 2: which layers to remove, by learnable importance within each type.
+
+Every attention sublayer and activation is gated (:func:`~vitprune.surgery.add_depth_gates`); the
+weights and one scalar importance per layer train together, the importance receiving its mask's
+gradient through the straight-through estimator (Eq. 6), so it accumulates ``-dloss/dmask``: how
+much the loss would rise without the layer. At each milestone the least important remaining
+layer *of the type whose turn it is* is masked out, types interleaved, until the split chosen in
+Step 1 is reached. Scores are never compared across types (the paper's Challenge 1), except in
+the cross-type baseline :func:`select_layers_across_types` kept for the ablation.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.errors import VitpruneError
+from vitprune.methods.hetdpt.analysis import LAYER_TYPES
+from vitprune.surgery import DepthGates, add_depth_gates, remaining_layers
+from vitprune.training import TrainConfig, Trainer, TrainHooks
+
+
+@dataclass
+class Selection:
+    """The layers Step 2 chose, when each went, and the gated, trained copy it chose them on."""
+
+    attention: list[int]
+    activation: list[int]
+    #: One entry per removal: ``{"step", "type", "block", "scores"}``, ``scores`` being the importance of
+    #: every layer it was chosen from (``"attention:3"``-style keys), the chosen one the lowest.
+    history: list[dict[str, Any]] = field(default_factory=list)
+    #: Final importance of every gated layer, by type and block (as strings, JSON-ready).
+    importance: dict[str, dict[str, float]] = field(default_factory=dict)
+    model: nn.Module | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (without the model)."""
+        return {"attention": self.attention, "activation": self.activation, "history": self.history,
+                "importance": self.importance}
+
+
+def interleaved_order(attention: int, activation: int) -> list[str]:
+    """Types in removal order: alternating, starting with the type with more to remove (the reference code's)."""
+    first, second = ("attention", "activation") if attention > activation else ("activation", "attention")
+    counts = {"attention": attention, "activation": activation}
+    order = []
+    while counts[first] or counts[second]:
+        for kind in (first, second):
+            if counts[kind]:
+                order.append(kind)
+                counts[kind] -= 1
+    return order
+
+
+def default_milestones(removals: int, total_steps: int, prune_fraction: float = 0.5) -> list[int]:
+    """Steps at which to remove a layer: evenly over the first ``prune_fraction`` of the run, at step 1 or later."""
+    if not 0 < prune_fraction <= 1:
+        raise VitpruneError(f"prune_fraction must be in (0, 1], got {prune_fraction}")
+    return [max(1, round(total_steps * prune_fraction * (i + 1) / removals)) for i in range(removals)]
+
+
+class _ProgressiveRemoval(TrainHooks):
+    """Masks out one layer at each milestone step; ``pick`` says which."""
+
+    def __init__(self, gates: DepthGates, order: list[str | None], milestones: list[int] | None,
+                 prune_fraction: float, pick: Callable[[str | None], list[tuple[str, int]]]) -> None:
+        self.gates, self.order, self.milestones = gates, order, milestones
+        self.prune_fraction, self.pick = prune_fraction, pick
+        self.history: list[dict[str, Any]] = []
+
+    def on_step_start(self, trainer: Trainer) -> None:
+        if self.milestones is None:
+            total = trainer.config.epochs * trainer.steps_per_epoch
+            self.milestones = default_milestones(len(self.order), total, self.prune_fraction)
+        while len(self.history) < len(self.order) and trainer.step >= self.milestones[len(self.history)]:
+            self.remove(trainer.step)
+
+    def remove(self, step: int) -> None:
+        turn = self.order[len(self.history)]
+        layers = self.pick(turn)
+        if not layers:
+            raise VitpruneError(f"no {turn or 'layer'} left among the candidates to remove")
+        scores = {f"{kind}:{b}": getattr(self.gates, kind)[b].importance.item() for kind, b in layers}
+        # Ties (e.g. before any step) go to the earliest listed layer, so the choice is deterministic.
+        kind, block = min(layers, key=lambda layer: scores[f"{layer[0]}:{layer[1]}"])
+        getattr(self.gates, kind)[block].set(False)
+        self.history.append({"step": step, "type": kind, "block": block, "scores": scores})
+
+
+def _remaining(gates: DepthGates, kind: str, candidates: dict[str, Sequence[int]] | None) -> list[int]:
+    pool = getattr(gates, kind)
+    allowed = pool if candidates is None or kind not in candidates else [b for b in candidates[kind] if b in pool]
+    return [b for b in allowed if pool[b].kept]
+
+
+def _run(model: nn.Module, train_set: Dataset, config: TrainConfig, order: list[str | None],
+         pick_from: Callable[[DepthGates, str | None], list[tuple[str, int]]], *, identity: str,
+         milestones: list[int] | None, prune_fraction: float, device: torch.device | str | None,
+         on_batch: Callable | None) -> Selection:
+    if milestones is not None and (len(milestones) != len(order) or list(milestones) != sorted(milestones)):
+        raise VitpruneError(f"give {len(order)} milestones in increasing order, got {list(milestones)}")
+    work = copy.deepcopy(model)
+    gates = add_depth_gates(work, identity=identity)
+    hooks = _ProgressiveRemoval(gates, order, list(milestones) if milestones else None, prune_fraction,
+                                lambda turn: pick_from(gates, turn))
+    trainer = Trainer(work, train_set, config, hooks=hooks, device=device)
+    trainer.fit(on_batch=on_batch)
+    while len(hooks.history) < len(order):  # milestones past the last step: remove the rest at the end
+        hooks.remove(trainer.step)
+    importance = {kind: {str(b): v for b, v in scores.items()} for kind, scores in gates.importance().items()}
+    attention, activation = gates.removed()
+    return Selection(attention=attention, activation=activation, history=hooks.history, importance=importance,
+                     model=work)
+
+
+def select_layers(model: nn.Module, train_set: Dataset, config: TrainConfig, *, attention: int, activation: int,
+                  candidates: dict[str, Sequence[int]] | None = None, identity: str = "norm",
+                  milestones: list[int] | None = None, prune_fraction: float = 0.5,
+                  device: torch.device | str | None = None, on_batch: Callable | None = None) -> Selection:
+    """Train a gated copy of ``model`` and remove ``attention`` + ``activation`` layers by within-type importance.
+
+    Removals interleave the types (:func:`interleaved_order`) at ``milestones`` (optimisation steps;
+    default :func:`default_milestones`). ``candidates`` restricts a type to a shortlist (e.g. the
+    lowest-TE layers), as the reference code does. The caller's model is not changed; the
+    returned :class:`Selection` holds the trained, gated copy.
+    """
+    available = {kind: len(blocks) for kind, blocks in remaining_layers(model).items()}
+    for kind, wanted in (("attention", attention), ("activation", activation)):
+        limit = available[kind] if candidates is None or kind not in candidates else len(candidates[kind])
+        if not 0 <= wanted <= limit:
+            raise VitpruneError(f"cannot remove {wanted} {kind} layers: the model has {limit} to choose from")
+
+    def pick_from(gates: DepthGates, turn: str | None) -> list[tuple[str, int]]:
+        return [(turn, b) for b in _remaining(gates, turn, candidates)]
+
+    return _run(model, train_set, config, interleaved_order(attention, activation), pick_from, identity=identity,
+                milestones=milestones, prune_fraction=prune_fraction, device=device, on_batch=on_batch)
+
+
+def select_layers_across_types(model: nn.Module, train_set: Dataset, config: TrainConfig, *, budget: int,
+                               identity: str = "norm", milestones: list[int] | None = None,
+                               prune_fraction: float = 0.5, device: torch.device | str | None = None,
+                               on_batch: Callable | None = None) -> Selection:
+    """Baseline without Step 1: remove ``budget`` layers, each time the lowest importance of *either* type.
+
+    This is the comparison HetDPT argues against (paper App. D, Table 11): gradient scales differ
+    between the types, so the split it lands on is an artefact of that disparity.
+    """
+    total = sum(len(blocks) for blocks in remaining_layers(model).values())
+    if not 1 <= budget <= total:
+        raise VitpruneError(f"the budget must be between 1 and the {total} layers the model has, got {budget}")
+
+    def pick_from(gates: DepthGates, _turn: str | None) -> list[tuple[str, int]]:
+        return [(kind, b) for kind in LAYER_TYPES for b in _remaining(gates, kind, None)]
+
+    return _run(model, train_set, config, [None] * budget, pick_from, identity=identity, milestones=milestones,
+                prune_fraction=prune_fraction, device=device, on_batch=on_batch)

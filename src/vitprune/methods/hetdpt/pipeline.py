@@ -1,0 +1,334 @@
+"""The HetDPT pipeline: how many layers of each type (Step 1), which ones (Step 2), fine-tune and merge (Stage 2).
+
+Every stage writes what it decided into the run directory before the next starts, so an
+interrupted run picks up where it stopped and a finished stage is never redone:
+
+    run_dir/predictor_points.json   Step 1 data: (a, t, top-1) per prune -> fast fine-tune -> evaluate round
+    run_dir/predictor.json          the fitted predictor (reusable for any budget: --predictor)
+    run_dir/predictor.png           its accuracy surface, the budget line and the chosen split
+    run_dir/selection.json          Step 2: the chosen blocks and their importance scores
+    run_dir/finetune/               Stage 2 fine-tuning run (checkpoints, metrics.jsonl)
+    run_dir/model/                  the pruned, fine-tuned and merged model (recipe + weights)
+    run_dir/report.json             accuracies, params, MACs (both conventions), speed, time per stage
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.adapters import get_adapter
+from vitprune.atomic import atomic_file
+from vitprune.data import balanced_subset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.methods.hetdpt.collect import collect_predictor_data
+from vitprune.methods.hetdpt.entropy import transfer_entropy
+from vitprune.methods.hetdpt.importance import select_layers
+from vitprune.methods.hetdpt.plots import plot_predictor
+from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
+from vitprune.recipe import load, save
+from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers
+from vitprune.training import DistillationLoss, TrainConfig, Trainer, evaluate, make_teacher, use_distillation_head
+
+POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, REPORT_FILE = (
+    "predictor_points.json", "predictor.json", "predictor.png", "selection.json", "report.json")
+FINETUNE_DIR, MODEL_DIR = "finetune", "model"
+
+
+@dataclass
+class HetDPTConfig:
+    """Every setting of the pipeline; :func:`preset` gives tested starting points."""
+
+    #: What a removed attention leaves (:data:`vitprune.surgery.ATTENTION_IDENTITIES`).
+    identity: str = "norm"
+    #: The reference code's GELU after blocks that lost both layers (compatibility only).
+    output_gelu: bool = False
+    # Step 1: predictor data and fit.
+    #: Fast fine-tune after each removal while collecting predictor data.
+    probe: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, lr=5e-5, batch_size=128))
+    #: Class-balanced training subset the fast fine-tunes run on (``None``: the whole training set).
+    probe_images: int | None = None
+    #: Training images the transfer entropy is estimated on.
+    te_images: int = 2048
+    #: Layers per type removed by the single-type sweeps (Algorithm 1); ``None``: the budget, at most L.
+    sweep_layers: int | None = None
+    #: Rounds of the interleaved sweep (Algorithm 2), one layer of each type per round; ``None``: budget // 2,
+    #: which reaches the even split on the budget line.
+    interleaved_rounds: int | None = None
+    #: Which type the interleaved sweep removes first in each round.
+    interleaved_order: str = "attention-first"
+    degrees: tuple[int, ...] = (1, 2, 3, 4)
+    min_per_type: int = 0
+    # Step 2: learnable importance.
+    search: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=20, lr=5e-5, batch_size=128))
+    prune_fraction: float = 0.5
+    #: Restrict each type to its ``shortlist`` lowest-TE layers (``None``: every layer is a candidate).
+    shortlist: int | None = None
+    # Stage 2: fine-tuning.
+    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=100, lr=5e-5, batch_size=128,
+                                                                      warmup_epochs=5))
+    distill: str = "none"
+    alpha: float = 0.5
+    tau: float = 1.0
+    #: Stage 2 starts from the ``original`` weights (the reference code) or from the Step-2 ``search`` ones.
+    init: str = "original"
+    # Measurement.
+    speed_batch: int = 16
+    speed_pairs: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def preset(name: str) -> HetDPTConfig:
+    """``"digits"``: sized for the embedded digits model inside ``vitprune demo`` (minutes on 2 CPU cores);
+    ``"imagenet"``: the reference code's scale (DeiT on ImageNet, GPUs)."""
+    if name == "digits":
+        return HetDPTConfig(
+            probe=TrainConfig(epochs=1, lr=5e-4, batch_size=64),
+            probe_images=512, te_images=128,
+            search=TrainConfig(epochs=2, lr=5e-4, batch_size=64),
+            finetune=TrainConfig(epochs=8, lr=5e-4, batch_size=64, warmup_epochs=1),
+            distill="soft", speed_batch=64, speed_pairs=10)
+    if name == "imagenet":
+        return HetDPTConfig(
+            probe=TrainConfig(epochs=10, lr=5e-5, batch_size=512, warmup_epochs=1),
+            probe_images=64_000, te_images=2048, interleaved_rounds=3,
+            search=TrainConfig(epochs=20, lr=5e-5, batch_size=512, warmup_epochs=2, label_smoothing=0.1),
+            finetune=TrainConfig(epochs=400, lr=4e-4, min_lr=1e-5, batch_size=4096, warmup_epochs=10,
+                                 weight_decay=0.08, mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
+                                 ema_decay=0.99996),
+            distill="hard", speed_batch=256, speed_pairs=20)
+    raise VitpruneError(f"unknown HetDPT preset {name!r} (choose from: digits, imagenet)")
+
+
+def configure(name: str, *, epochs: int | None = None, search_epochs: int | None = None,
+              probe_epochs: int | None = None, lr: float | None = None, batch_size: int | None = None,
+              distill: str | None = None, **overrides: Any) -> HetDPTConfig:
+    """A :func:`preset` with the command line's overrides applied (``None`` keeps the preset's value)."""
+    config = preset(name)
+    if batch_size is not None:
+        config.probe, config.search, config.finetune = (replace(c, batch_size=batch_size) for c in
+                                                        (config.probe, config.search, config.finetune))
+    for stage, value in (("probe", probe_epochs), ("search", search_epochs), ("finetune", epochs)):
+        if value is not None:
+            setattr(config, stage, replace(getattr(config, stage), epochs=value))
+    if lr is not None:
+        config.finetune = replace(config.finetune, lr=lr)
+    if distill is not None:
+        config.distill = distill
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def parse_split(text: str) -> tuple[int, int] | None:
+    """``"auto"`` -> ``None`` (the predictor decides); ``"A,G"`` -> (attention, activation) layers to remove."""
+    if text == "auto":
+        return None
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise VitpruneError(f"--split takes 'auto' or two counts 'A,G' (attention, activation), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def check_budget(model: nn.Module, budget: int, split: tuple[int, int] | None) -> None:
+    """A budget of at least 1 and at most the layers the model has; a split that adds up to it and fits."""
+    attention, activation = (len(blocks) for blocks in remaining_layers(model).values())
+    if not 1 <= budget <= attention + activation:
+        raise VitpruneError(f"budget {budget} is out of range: the model has {attention} attention and "
+                            f"{activation} activation layers ({attention + activation} in all)")
+    if split is None:
+        return
+    if sum(split) != budget:
+        raise VitpruneError(f"split {split[0]},{split[1]} removes {sum(split)} layers, not the budget of {budget}")
+    for kind, wanted, have in (("attention", split[0], attention), ("activation", split[1], activation)):
+        if wanted > have:
+            raise VitpruneError(f"split asks for {wanted} {kind} layers, but the model has only {have}")
+
+
+class _Stages:
+    """Times each stage and reports progress through ``log``."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log, self.seconds = log, {}
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        self.log(f"[bold]{name}[/]")
+        result = fn()
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        return result
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise VitpruneError(f"cannot read {path}: {exc}; delete it to recompute that stage") from None
+
+
+def _write_json(path: Path, data: Any) -> None:
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget: int, run_dir: str | Path,
+               split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
+               device: torch.device | str | None = None, progress: bool = False,
+               log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
+               predictor: str | Path | None = None) -> dict[str, Any]:
+    """Remove ``budget`` layers (attention + activation) from a copy of ``model`` the HetDPT way; returns the report.
+
+    ``split`` fixes how many of each type (attention, activation); ``None`` lets the predictor
+    choose, fitted here or loaded from ``predictor`` (an earlier run's ``predictor.json``: one fit
+    serves every budget). The pruned, fine-tuned, merged model is saved to ``run_dir/model``. With
+    ``resume``, finished stages found in ``run_dir`` are reused and the fine-tuning run continues
+    from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
+    """
+    config = config or HetDPTConfig()
+    check_budget(model, budget, split)
+    run_dir = Path(run_dir)
+    if not resume and run_dir.exists() and any(run_dir.iterdir()):
+        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if predictor is not None and not Path(predictor).is_file():
+        raise VitpruneError(f"predictor file {predictor} does not exist")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    stages = _Stages(log)
+    num_blocks = len(get_adapter(model).blocks())
+    val_loader = build_loader(val_set, config.finetune.batch_size, shuffle=False, seed=0)
+    dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model.to(device), val_loader)["top1"])
+
+    step1 = None
+    if split is None:
+        step1, split = stages.run("step 1: predictor of accuracy per split", lambda: _step1(
+            model, train_set, val_set, budget, num_blocks, config, run_dir, device, progress, log, resume,
+            predictor))
+    selection = stages.run("step 2: learnable importance within each type", lambda: _step2(
+        model, train_set, split, config, run_dir, device, progress, resume))
+
+    pruned = copy.deepcopy(model if config.init == "original" else selection.pop("model"))
+    prune_depth(pruned, selection["attention"], selection["activation"], identity=config.identity,
+                output_gelu=config.output_gelu, merge=False)
+    pruned_top1 = evaluate(pruned, val_loader)["top1"]
+    history = stages.run("stage 2: fine-tune", lambda: _finetune(
+        model, pruned, train_set, val_set, config, run_dir / FINETUNE_DIR, device, progress, resume))
+    merged = stages.run("merge fc1·fc2", lambda: merge_linear_mlps(pruned))
+    final_top1 = evaluate(pruned, val_loader)["top1"]
+    save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {"budget": budget, "split": list(split), **{
+        k: selection[k] for k in ("attention", "activation")}}})
+
+    footprint = {name: _footprint(m) for name, m in (("dense", model), ("pruned", pruned))}
+    comparison = stages.run("measure speed", lambda: compare_speed(
+        pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
+        progress=progress))
+    report = {
+        "budget": budget, "split": {"attention": split[0], "activation": split[1],
+                                    "chosen_by": "predictor" if step1 is not None else "user"},
+        "attention": selection["attention"], "activation": selection["activation"], "merged_blocks": merged,
+        "predictor": step1, "selection": {k: v for k, v in selection.items() if k != "model"},
+        "top1": {"dense": dense_top1, "pruned": pruned_top1, "finetuned": final_top1,
+                 "finetune_best": max((h.get("val_top1", 0.0) for h in history), default=None)},
+        **footprint, "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(),
+        "seconds": stages.seconds, "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
+    }
+    _write_json(run_dir / REPORT_FILE, report)
+    return report
+
+
+def _footprint(model: nn.Module) -> dict[str, int]:
+    full = count_macs(model)
+    return {"params": full.params, "macs_full": full.macs, "macs_linear": full.linear_macs}
+
+
+def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, num_blocks: int,
+           config: HetDPTConfig, run_dir: Path, device: torch.device, progress: bool,
+           log: Callable[[str], None], resume: bool,
+           reuse: str | Path | None) -> tuple[dict[str, Any], tuple[int, int]]:
+    points_path, predictor_path = run_dir / POINTS_FILE, run_dir / PREDICTOR_FILE
+    if reuse is not None or (resume and predictor_path.exists()):
+        source = Path(reuse) if reuse is not None else predictor_path
+        fit = load_predictor(source)
+        if reuse is not None:
+            save_predictor(fit, predictor_path)
+        log(f"  reusing the predictor in {source}")
+    else:
+        saved = _read_json(points_path) if resume and points_path.exists() else None
+        probe_set = train_set if config.probe_images is None else balanced_subset(train_set, config.probe_images,
+                                                                                    seed=0)
+        remaining = remaining_layers(model)
+        sweep = min(config.sweep_layers if config.sweep_layers is not None else budget,
+                    *(len(blocks) for blocks in remaining.values()))
+        rounds = min(config.interleaved_rounds if config.interleaved_rounds is not None else budget // 2, sweep)
+        points = collect_predictor_data(
+            model, probe_set, val_set, max_attention=sweep, max_activation=sweep,
+            interleaved_rounds=rounds, finetune=config.probe, te_images=config.te_images,
+            order=config.interleaved_order, identity=config.identity, device=device, progress=progress,
+            on_point=lambda pts: _write_json(points_path, pts), resume_points=saved)
+        _write_json(points_path, points)
+        fit = fit_predictor([(p["a"], p["t"], p["top1"]) for p in points], degrees=config.degrees)
+        save_predictor(fit, predictor_path)
+    chosen = search_split(fit, budget, num_blocks, min_per_type=config.min_per_type)
+    plot_predictor(fit, run_dir / PREDICTOR_PLOT, num_layers=num_blocks, split=chosen)
+    log(f"  predictor: degree {fit.degree}, L2OCV MAE {fit.mae:.3f}, RMSE {fit.rmse:.3f}; "
+        f"split {chosen.attention} attention + {chosen.activation} activation "
+        f"(predicted {chosen.predicted:.2f}%)")
+    summary = {"fit": fit.to_dict(), "split": asdict(chosen), "plot": str(run_dir / PREDICTOR_PLOT)}
+    return summary, (chosen.attention, chosen.activation)
+
+
+def _step2(model: nn.Module, train_set: Dataset, split: tuple[int, int], config: HetDPTConfig, run_dir: Path,
+           device: torch.device, progress: bool, resume: bool) -> dict[str, Any]:
+    path = run_dir / SELECTION_FILE
+    if resume and path.exists() and config.init == "original":
+        selection = _read_json(path)
+        if (len(selection["attention"]), len(selection["activation"])) == split:
+            return selection
+    # A fine-tuning run left by an earlier selection would resume into the wrong structure.
+    shutil.rmtree(run_dir / FINETUNE_DIR, ignore_errors=True)
+    candidates = None
+    if config.shortlist is not None:
+        loader = build_loader(balanced_subset(train_set, config.te_images, seed=0), 64, shuffle=False, seed=0)
+        candidates = {kind: sorted(te := transfer_entropy(model, kind, loader, identity=config.identity),
+                                   key=te.get)[:config.shortlist] for kind in ("attention", "activation")}
+    result = select_layers(model, train_set, config.search, attention=split[0], activation=split[1],
+                           candidates=candidates, identity=config.identity, prune_fraction=config.prune_fraction,
+                           device=device)
+    selection = {**result.to_dict(), "candidates": candidates}
+    _write_json(path, selection)
+    if config.init == "search":
+        from vitprune.surgery import remove_depth_gates
+
+        remove_depth_gates(result.model)
+        selection["model"] = result.model
+    return selection
+
+
+def _finetune(original: nn.Module, pruned: nn.Module, train_set: Dataset, val_set: Dataset, config: HetDPTConfig,
+              run_dir: Path, device: torch.device, progress: bool, resume: bool) -> list[dict]:
+    from vitprune.training.progress import training_progress
+
+    criterion = None
+    if config.distill != "none":
+        use_distillation_head(pruned, config.distill)
+        criterion = DistillationLoss(torch.nn.CrossEntropyLoss(label_smoothing=config.finetune.label_smoothing),
+                                     make_teacher(original).to(device), kind=config.distill, alpha=config.alpha,
+                                     tau=config.tau)
+    trainer = Trainer(pruned, train_set, config.finetune, run_dir=run_dir, criterion=criterion, val_set=val_set,
+                      device=device)
+    trainer.start(resume=resume)
+    with training_progress(trainer, enabled=progress) as on_batch:
+        history = trainer.fit(on_batch=on_batch)
+    use_distillation_head(pruned, "none")
+    return history
