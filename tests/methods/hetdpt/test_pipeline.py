@@ -57,7 +57,7 @@ def test_full_pipeline_on_a_small_model(setting, tmp_path):
     loader = build_loader(val, 64, shuffle=False, seed=0)
     assert report["top1"]["finetuned"] == evaluate(pruned, loader)["top1"]
     assert report["top1"]["dense"] == evaluate(model, loader)["top1"]
-    assert set(report["seconds"]) >= {"step 1: predictor of accuracy per split", "stage 2: fine-tune"}
+    assert set(report["seconds"]) >= {"step 1: predictor of accuracy per split", "stage 2: fine-tune and merge"}
     assert json.loads((tmp_path / REPORT_FILE).read_text())["attention"] == report["attention"]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 

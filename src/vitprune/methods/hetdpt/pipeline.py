@@ -218,14 +218,10 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     selection = stages.run("step 2: learnable importance within each type", lambda: _step2(
         model, train_set, split, config, run_dir, device, progress, resume))
 
-    pruned = copy.deepcopy(model if config.init == "original" else selection.pop("model"))
-    prune_depth(pruned, selection["attention"], selection["activation"], identity=config.identity,
-                output_gelu=config.output_gelu, merge=False)
-    pruned_top1 = evaluate(pruned, val_loader)["top1"]
-    history = stages.run("stage 2: fine-tune", lambda: _finetune(
-        model, pruned, train_set, val_set, config, run_dir / FINETUNE_DIR, device, progress, resume))
-    merged = stages.run("merge fc1·fc2", lambda: merge_linear_mlps(pruned))
-    final_top1 = evaluate(pruned, val_loader)["top1"]
+    pruned, recovery = stages.run("stage 2: fine-tune and merge", lambda: prune_and_recover(
+        model, selection["attention"], selection["activation"], train_set, val_set, config,
+        run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress, resume=resume,
+        start=selection.pop("model", None)))
     save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {"budget": budget, "split": list(split), **{
         k: selection[k] for k in ("attention", "activation")}}})
 
@@ -236,10 +232,9 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     report = {
         "budget": budget, "split": {"attention": split[0], "activation": split[1],
                                     "chosen_by": "predictor" if step1 is not None else "user"},
-        "attention": selection["attention"], "activation": selection["activation"], "merged_blocks": merged,
-        "predictor": step1, "selection": {k: v for k, v in selection.items() if k != "model"},
-        "top1": {"dense": dense_top1, "pruned": pruned_top1, "finetuned": final_top1,
-                 "finetune_best": max((h.get("val_top1", 0.0) for h in history), default=None)},
+        "attention": selection["attention"], "activation": selection["activation"],
+        "merged_blocks": recovery.pop("merged_blocks"), "predictor": step1, "selection": selection,
+        "top1": {"dense": dense_top1, **recovery},
         **footprint, "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(),
         "seconds": stages.seconds, "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
     }
@@ -315,8 +310,30 @@ def _step2(model: nn.Module, train_set: Dataset, split: tuple[int, int], config:
     return selection
 
 
+def prune_and_recover(model: nn.Module, attention: list[int], activation: list[int], train_set: Dataset,
+                      val_set: Dataset, config: HetDPTConfig, *, run_dir: str | Path | None = None,
+                      device: torch.device | str | None = None, progress: bool = False, resume: bool = False,
+                      start: nn.Module | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Stage 2 for a given choice of layers: remove them, fine-tune with fc1/fc2 apart, then merge.
+
+    Works on a copy of ``start`` (default: ``model``); ``model`` is the teacher when ``config``
+    distils. ``run_dir`` keeps the fine-tuning run's checkpoints (resumable with ``resume``).
+    Returns the merged model and ``{"pruned", "finetuned", "finetune_best"}`` top-1 on
+    ``val_set`` (right after removal, at the end, best epoch) with the ``merged_blocks``.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    pruned = copy.deepcopy(start if start is not None else model).to(device)
+    prune_depth(pruned, attention, activation, identity=config.identity, output_gelu=config.output_gelu, merge=False)
+    val_loader = build_loader(val_set, config.finetune.batch_size, shuffle=False, seed=0)
+    pruned_top1 = evaluate(pruned, val_loader)["top1"]
+    history = _finetune(model, pruned, train_set, val_set, config, run_dir, device, progress, resume)
+    merged = merge_linear_mlps(pruned)
+    return pruned, {"pruned": pruned_top1, "finetuned": evaluate(pruned, val_loader)["top1"],
+                    "finetune_best": max((h["val_top1"] for h in history), default=None), "merged_blocks": merged}
+
+
 def _finetune(original: nn.Module, pruned: nn.Module, train_set: Dataset, val_set: Dataset, config: HetDPTConfig,
-              run_dir: Path, device: torch.device, progress: bool, resume: bool) -> list[dict]:
+              run_dir: Path | None, device: torch.device, progress: bool, resume: bool) -> list[dict]:
     from vitprune.training.progress import training_progress
 
     criterion = None
