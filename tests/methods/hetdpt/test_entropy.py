@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import textwrap
 
 import numpy as np
@@ -13,7 +14,7 @@ from conftest import build, run_torchrun
 
 import vitprune
 from vitprune.adapters import get_adapter
-from vitprune.data import DigitsDataset
+from vitprune.data import DigitsDataset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt import feature_entropy, rank_layers, transfer_entropy
 from vitprune.surgery import prune_depth
@@ -164,7 +165,7 @@ _WORKER = textwrap.dedent('''
     import json, sys
     import torch
     import vitprune
-    from vitprune.data import DigitsDataset
+    from vitprune.data import DigitsDataset, build_dataset, build_loader
     from vitprune.methods.hetdpt import feature_entropy, transfer_entropy
     from vitprune.training.distributed import init_distributed, shutdown_distributed
 
@@ -196,3 +197,12 @@ def test_entropy_is_reduced_across_ranks(tmp_path):
     for result in ranks:
         assert result["entropy"] == pytest.approx(single["entropy"], rel=1e-9)
         assert result["te"] == pytest.approx(single["te"], rel=1e-7)
+
+
+def test_removing_the_last_attention_scores_infinite_te():
+    """With no attention left the class token never sees a patch: constant features, an unbounded entropy drop."""
+    model = _tiny(depth=2)
+    prune_depth(model, attention=[0])
+    data = build_dataset("digits", "val", input_size=vitprune.get_adapter(model).input_size)
+    scores = transfer_entropy(model, "attention", list(build_loader(data, 32, shuffle=False, seed=0))[:2])
+    assert scores == {1: math.inf}

@@ -21,6 +21,7 @@ thus still gives one fixed set of images per call, at the memory cost of holding
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
@@ -117,7 +118,12 @@ def _scores(model: nn.Module, layers: list[tuple[str, int]], loader: Batches, *,
     for kind, block in layers:
         gate = getattr(gates, kind)[block]
         gate.set(False)
-        difference = base - feature_entropy(work, batches, dist=dist)
+        try:
+            difference = base - feature_entropy(work, batches, dist=dist)
+        except VitpruneError:
+            # Without this layer the features no longer depend on the image (e.g. the last attention
+            # gone, the class token never sees a patch): the entropy drop is unbounded.
+            difference = math.inf
         gate.set(True)
         scores.append((kind, block, difference if signed else abs(difference)))
     return scores
