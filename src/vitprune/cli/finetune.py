@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.commands import DEVICE_OPT, JSON_OPT
+from vitprune.cli.commands import JSON_OPT
 
 
 class Distill(str, Enum):

@@ -128,7 +128,7 @@ def hetdpt(
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """HetDPT: choose how many attention/GELU layers to remove (predictor), which (learned importance), fine-tune, merge."""
+    """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
     from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_hetdpt
     from vitprune.data import build_dataset

@@ -74,7 +74,8 @@ def render_hetdpt(model: str, report: dict) -> None:
                   f"blocks {report['activation']}")
     if predictor is not None:
         fit = predictor["fit"]
-        line = ", ".join(f"{p['attention']}+{p['activation']}: {p['predicted']:.2f}" for p in predictor["split"]["line"])
+        line = ", ".join(f"{p['attention']}+{p['activation']}: {p['predicted']:.2f}"
+                         for p in predictor["split"]["line"])
         console.print(f"predictor: degree {fit['degree']} polynomial, L2OCV MAE {fit['mae']:.3f} / RMSE "
                       f"{fit['rmse']:.3f} over {len(fit['points'])} points; predicted top-1 along the budget line: "
                       f"{line}")

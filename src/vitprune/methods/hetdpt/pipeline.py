@@ -37,7 +37,7 @@ from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
-from vitprune.recipe import load, save
+from vitprune.recipe import save
 from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers
 from vitprune.training import DistillationLoss, TrainConfig, Trainer, evaluate, make_teacher, use_distillation_head
 
