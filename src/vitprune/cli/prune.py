@@ -11,6 +11,7 @@ from torch import nn
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
+from vitprune.cli.finetune import Distill
 from vitprune.cli.render import render_comparison
 from vitprune.errors import VitpruneError
 from vitprune.measure import Comparison, count_macs, format_count
@@ -113,7 +114,7 @@ def hetdpt(
                                                help="Fast fine-tune epochs per predictor point."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Stage-2 peak learning rate."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Batch for every stage."),
-    distill: Optional[str] = typer.Option(None, help="Self-distillation from the unpruned model: none, soft or hard."),
+    distill: Optional[Distill] = typer.Option(None, help="Self-distillation from the unpruned model (preset's default)."),
     identity: AttentionIdentity = IDENTITY_OPT,
     output_gelu: bool = typer.Option(False, "--output-gelu", help="Compatibility: the reference code's extra GELU."),
     shortlist: Optional[int] = typer.Option(None, min=1, help="Step 2 chooses among each type's N lowest-TE layers."),
@@ -139,7 +140,7 @@ def hetdpt(
     chosen_split = parse_split(split)
     config = configure(preset or ("digits" if data == "digits" else "imagenet"), epochs=epochs,
                        search_epochs=search_epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size,
-                       distill=distill, identity=identity.value, output_gelu=output_gelu, shortlist=shortlist,
+                       distill=distill.value if distill is not None else None, identity=identity.value, output_gelu=output_gelu, shortlist=shortlist,
                        min_per_type=min_per_type)
     dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
     input_size = get_adapter(dense).input_size

@@ -93,9 +93,12 @@ def test_a_saved_predictor_serves_another_budget(setting, tmp_path):
     ({"budget": 3, "split": (1, 1)}, "split 1,1 removes 2 layers, not the budget of 3"),
     ({"budget": 5, "split": (5, 0)}, "split asks for 5 attention layers, but the model has only 4"),
     ({"budget": 2, "predictor": "missing.json"}, "predictor file missing.json does not exist"),
-], ids=["zero", "too-many", "split-sum", "split-too-big", "missing-predictor"])
+    ({"budget": 2, "distill": "strong"}, r"unknown distill 'strong' \(choose from: none, soft, hard\)"),
+], ids=["zero", "too-many", "split-sum", "split-too-big", "missing-predictor", "bad-setting"])
 def test_bad_input_is_one_clear_error(setting, tmp_path, kwargs, message):
     model, train, val, config = setting
+    if "distill" in kwargs:
+        config = replace(config, distill=kwargs.pop("distill"))
     with pytest.raises(VitpruneError, match=message):
         run_hetdpt(model, train, val, run_dir=tmp_path / "run", config=config, **kwargs)
 

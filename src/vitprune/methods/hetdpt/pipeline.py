@@ -32,14 +32,16 @@ from vitprune.atomic import atomic_file
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.hetdpt.collect import collect_predictor_data
+from vitprune.methods.hetdpt.collect import INTERLEAVED_ORDERS, collect_predictor_data
 from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
 from vitprune.recipe import save
-from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers
-from vitprune.training import DistillationLoss, TrainConfig, Trainer, evaluate, make_teacher, use_distillation_head
+from vitprune.surgery import ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers
+from vitprune.training import (
+    KINDS, DistillationLoss, TrainConfig, Trainer, evaluate, make_teacher, use_distillation_head,
+)
 
 POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, REPORT_FILE = (
     "predictor_points.json", "predictor.json", "predictor.png", "selection.json", "report.json")
@@ -90,6 +92,16 @@ class HetDPTConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return asdict(self)
+
+    def validate(self) -> None:
+        """Fail at once, not after hours of earlier stages, on a setting a later stage would reject."""
+        choices = {"identity": ATTENTION_IDENTITIES, "distill": KINDS, "init": ("original", "search"),
+                   "interleaved_order": INTERLEAVED_ORDERS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
+        for stage in (self.probe, self.search, self.finetune):
+            stage.validate()
 
 
 def preset(name: str) -> HetDPTConfig:
@@ -197,6 +209,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
     """
     config = config or HetDPTConfig()
+    config.validate()
     check_budget(model, budget, split)
     run_dir = Path(run_dir)
     if not resume and run_dir.exists() and any(run_dir.iterdir()):
