@@ -31,7 +31,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from profile_deit import write_atomic
 
 import vitprune
