@@ -6,10 +6,11 @@ from vitprune.surgery.depth import (
 )
 from vitprune.surgery.depth_gates import DepthGates, add_depth_gates, prune_gated, remove_depth_gates
 from vitprune.surgery.linear import check_indices, merge_linears, slice_linear
-from vitprune.surgery.width import prune_heads, prune_mlp_neurons
+from vitprune.surgery.width import compensate_mean_shift, prune_heads, prune_mlp_neurons
 
 __all__ = [
     "ATTENTION_IDENTITIES", "DepthGates", "add_depth_gates", "add_output_activation", "check_depth_layers",
+    "compensate_mean_shift",
     "check_indices", "merge_linear_mlps", "merge_linears", "merge_mlp",
     "prune_depth", "prune_gated", "prune_heads", "prune_mlp_neurons", "remaining_layers", "remove_activation",
     "remove_attention",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.utils import skip_init
 
 
 def slice_linear(linear: nn.Linear, *, out_idx: Sequence[int] | None = None,
@@ -23,14 +24,14 @@ def slice_linear(linear: nn.Linear, *, out_idx: Sequence[int] | None = None,
     return _linear_like(linear, weight, bias)
 
 
-def check_indices(indices: Sequence[int], size: int, what: str) -> list[int]:
-    """Validate kept indices: non-empty, unique, sorted, within ``range(size)``."""
+def check_indices(indices: Sequence[int], size: int, what: str, *, allow_empty: bool = False) -> list[int]:
+    """Validate kept indices: unique, sorted, within ``range(size)``, and non-empty unless ``allow_empty``."""
     idx = [int(i) for i in indices]
-    if not idx:
+    if not idx and not allow_empty:
         raise ValueError(f"{what}: at least one index must be kept")
     if sorted(set(idx)) != idx:
         raise ValueError(f"{what}: kept indices must be unique and sorted")
-    if idx[0] < 0 or idx[-1] >= size:
+    if idx and (idx[0] < 0 or idx[-1] >= size):
         raise ValueError(f"{what}: kept indices must lie in [0, {size})")
     return idx
 
@@ -68,7 +69,9 @@ def fold_input_affine(linear: nn.Linear, scale: torch.Tensor, shift: torch.Tenso
 def _linear_like(template: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
     """A Linear holding ``weight``/``bias`` (cast to ``template``'s dtype) with its device and training flags."""
     dtype = template.weight.dtype
-    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=dtype)
+    # skip_init: the values are overwritten at once (and a zero-width layer has nothing to initialise).
+    new = skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device,
+                    dtype=dtype)
     with torch.no_grad():
         new.weight.copy_(weight.to(dtype))
         if bias is not None:

@@ -1,14 +1,15 @@
 """Width surgery: keep a subset of attention heads or MLP hidden neurons in one block.
 
 Both edits are exact for the kept units: the pruned model equals the original with the removed
-heads' outputs (or removed neurons' activations) set to zero. Compensating for what was removed
-(e.g. VBP's mean shift into ``fc2.bias``) is the calling method's job and lives in the weights.
+heads' outputs (or removed neurons' activations) set to zero. :func:`compensate_mean_shift`
+changes that zero into a constant (VBP's mean shift); it only changes weights, so it is not an edit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
@@ -37,10 +38,33 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
 
 @register_edit("prune_mlp_neurons")
 def prune_mlp_neurons(model: nn.Module, block: int, keep: Sequence[int]) -> None:
-    """Keep only MLP hidden neurons ``keep`` (sorted indices) in block ``block``."""
+    """Keep only MLP hidden neurons ``keep`` (sorted indices, possibly none) in block ``block``.
+
+    With none kept the MLP outputs ``fc2``'s bias alone, for every token.
+    """
     adapter = get_adapter(model)
     mlp = adapter.block(block).mlp
-    if mlp is None or mlp.merged:
+    if mlp.merged:
         raise ValueError(f"block {block} has no MLP hidden neurons to prune")
-    keep = check_indices(keep, mlp.hidden_features, f"block {block} MLP neurons")
+    keep = check_indices(keep, mlp.hidden_features, f"block {block} MLP neurons", allow_empty=True)
     adapter.set_mlp(block, fc1=slice_linear(mlp.fc1, out_idx=keep), fc2=slice_linear(mlp.fc2, in_idx=keep))
+
+
+def compensate_mean_shift(model: nn.Module, block: int, removed: Sequence[int], means: torch.Tensor) -> None:
+    """Fold the mean activation of hidden neurons ``removed`` into ``fc2``'s bias: ``b2 += W2[:, removed] @ means``.
+
+    ``means`` holds the mean of every hidden neuron of the block (``removed`` picks from it). After
+    :func:`prune_mlp_neurons` drops those neurons, the MLP computes exactly what it did with their
+    activations replaced by their means (VBP Eq. 5). Computed in float64, then cast.
+    """
+    mlp = get_adapter(model).block(block).mlp
+    if mlp.merged:
+        raise ValueError(f"block {block} has no MLP hidden neurons to compensate")
+    if means.shape != (mlp.hidden_features,):
+        raise ValueError(f"block {block}: {tuple(means.shape)} means for {mlp.hidden_features} hidden neurons")
+    idx = torch.as_tensor(list(removed), dtype=torch.long, device=mlp.fc2.weight.device)
+    if mlp.fc2.bias is None:
+        raise ValueError(f"block {block}: fc2 has no bias to fold the means into")
+    shift = mlp.fc2.weight.detach().double()[:, idx] @ means.to(mlp.fc2.weight.device, torch.float64)[idx]
+    with torch.no_grad():
+        mlp.fc2.bias.add_(shift.to(mlp.fc2.bias.dtype))

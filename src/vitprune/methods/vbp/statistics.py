@@ -1,0 +1,82 @@
+"""VBP Step 1: per-neuron mean and unbiased variance of every MLP's hidden activations.
+
+Every token of every image is one sample (the folded bias is added to every token, so the mean
+that makes compensation exact is the mean over all tokens, class and distillation tokens
+included). The statistics are merged batch by batch with Chan et al.'s exact formula in float64
+(:func:`vitprune.training.distributed.welford_update`), so any batch split gives the same result,
+and across processes with :func:`~vitprune.training.distributed.reduce_moments`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import islice
+
+import torch
+from torch import nn
+
+from vitprune.adapters import get_adapter
+from vitprune.errors import VitpruneError
+from vitprune.training.distributed import reduce_moments, welford_update
+from vitprune.training.progress import progress_bar
+
+#: Where the statistics are taken: ``post`` = the input of fc2 (after the activation, the paper's
+#: choice); ``pre`` = the output of fc1 (before it, the paper's Table 7 ablation).
+PLACES = ("post", "pre")
+
+
+@dataclass
+class NeuronStats:
+    """Statistics of one MLP's hidden neurons: sample count, mean and unbiased variance (float64)."""
+
+    count: int
+    mean: torch.Tensor
+    var: torch.Tensor
+
+
+def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, place: str = "post",
+                   max_batches: int | None = None, progress: bool = False) -> dict[int, NeuronStats]:
+    """Mean and unbiased variance of every hidden neuron of every MLP that has them, by block index.
+
+    One pass over ``loader`` (its first ``max_batches``) in eval mode without gradients; under
+    torchrun every process passes over its shard and the statistics are merged across processes.
+    """
+    if place not in PLACES:
+        raise VitpruneError(f"unknown statistics place {place!r} (choose from: {', '.join(PLACES)})")
+    views = [v for v in get_adapter(model).blocks() if not v.mlp.merged]
+    if not views:
+        raise VitpruneError("the model has no MLP with hidden neurons")
+    device = next(model.parameters()).device
+    moments = {v.index: (torch.zeros((), dtype=torch.float64, device=device),
+                         torch.zeros(v.mlp.hidden_features, dtype=torch.float64, device=device),
+                         torch.zeros(v.mlp.hidden_features, dtype=torch.float64, device=device)) for v in views}
+
+    def record(index: int):
+        def hook(_module, args, output=None):
+            moments[index] = welford_update(*moments[index], args[0] if place == "post" else output)
+        return hook
+
+    handles = [v.mlp.fc2.register_forward_pre_hook(record(v.index)) if place == "post"
+               else v.mlp.fc1.register_forward_hook(record(v.index)) for v in views]
+    was_training = model.training
+    try:
+        model.eval()
+        total = len(loader) if hasattr(loader, "__len__") else None
+        if max_batches is not None and total is not None:
+            total = min(total, max_batches)
+        with torch.no_grad(), progress_bar(progress) as bar:
+            task = bar.add_task("activation statistics", total=total, stats="")
+            for images, _ in bar.track(islice(loader, max_batches), total=total, task_id=task):
+                model(images.to(device))
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    result = {}
+    for index, state in moments.items():
+        count, mean, m2 = reduce_moments(*state)
+        if count.item() < 2:
+            raise VitpruneError(f"variance needs at least 2 samples, got {int(count.item())}")
+        result[index] = NeuronStats(count=int(count.item()), mean=mean, var=m2 / (count - 1))
+    return result
