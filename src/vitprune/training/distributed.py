@@ -152,8 +152,9 @@ def welford_update(count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, ba
     rows = batch.detach().reshape(-1, batch.shape[-1]).to(device=state[1].device, dtype=torch.float64)
     if rows.shape[0] == 0:
         return state
-    batch_mean = rows.mean(dim=0)
-    batch_m2 = (rows - batch_mean).square().sum(dim=0)
+    # One fused pass for both moments: the statistics pass should cost little more than inference.
+    batch_var, batch_mean = torch.var_mean(rows, dim=0, correction=0)
+    batch_m2 = batch_var * rows.shape[0]
     batch_count = torch.tensor(float(rows.shape[0]), dtype=torch.float64, device=rows.device)
     return merge_moments(state, (batch_count, batch_mean, batch_m2))
 
