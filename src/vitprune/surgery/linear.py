@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -69,9 +70,11 @@ def fold_input_affine(linear: nn.Linear, scale: torch.Tensor, shift: torch.Tenso
 def _linear_like(template: nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
     """A Linear holding ``weight``/``bias`` (cast to ``template``'s dtype) with its device and training flags."""
     dtype = template.weight.dtype
-    # skip_init: the values are overwritten at once (and a zero-width layer has nothing to initialise).
-    new = skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device,
-                    dtype=dtype)
+    # The values are overwritten at once; torch still warns that a zero-width layer has nothing to initialise.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
+        new = skip_init(nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device,
+                        dtype=dtype)
     with torch.no_grad():
         new.weight.copy_(weight.to(dtype))
         if bias is not None:
