@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+import textwrap
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, run_torchrun
 
 import vitprune
 from vitprune.errors import VitpruneError
@@ -165,3 +166,39 @@ def test_paper_table1_params_and_macs(name, ratio, params, macs):
     # Full convention. The paper's dense DeiT-B is 17.58 G where this counter (checked against torch's
     # FlopCounterMode) gives 17.56 G, so its pruned DeiT-B rows sit 0.02 G above ours.
     assert abs(report.macs / 1e9 - macs / 1e9) <= 0.025
+
+
+_WORKER = textwrap.dedent('''
+    import sys
+    import torch
+    import vitprune
+    from vitprune.data import DigitsDataset
+    from vitprune.methods.vbp import mlp_statistics
+    from vitprune.training.distributed import init_distributed, shutdown_distributed
+
+    ctx = init_distributed("cpu")
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=2)
+    data = DigitsDataset("train")
+    # Unequal shards, so the merge must weight the ranks by their sample counts.
+    shard = slice(0, 13) if ctx.rank == 0 else slice(13, 40)
+    stats = mlp_statistics(model, [(data.images[shard], data.labels[shard])], dist=ctx)
+    single = mlp_statistics(model, [(data.images[:40], data.labels[:40])]) if ctx.is_main else None
+    torch.save({"stats": {b: (s.count, s.mean, s.var) for b, s in stats.items()},
+                "single": None if single is None else {b: (s.count, s.mean, s.var) for b, s in single.items()}},
+               f"{sys.argv[1]}.{ctx.rank}")
+    shutdown_distributed()
+''')
+
+
+def test_statistics_are_merged_across_ranks(tmp_path):
+    script = tmp_path / "vbp_worker.py"
+    script.write_text(_WORKER)
+    run_torchrun(script, str(tmp_path / "out"), timeout=180)
+    ranks = [torch.load(tmp_path / f"out.{rank}") for rank in (0, 1)]
+    single = ranks[0]["single"]
+    for result in ranks:
+        for block, (count, mean, var) in result["stats"].items():
+            assert count == single[block][0]
+            torch.testing.assert_close(mean, single[block][1], rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(var, single[block][2], rtol=1e-10, atol=1e-12)

@@ -18,7 +18,7 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
-from vitprune.training.distributed import reduce_moments, welford_update
+from vitprune.training.distributed import DistContext, reduce_moments, welford_update
 from vitprune.training.progress import progress_bar
 
 #: Where the statistics are taken: ``post`` = the input of fc2 (after the activation, the paper's
@@ -36,11 +36,13 @@ class NeuronStats:
 
 
 def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, place: str = "post",
-                   max_batches: int | None = None, progress: bool = False) -> dict[int, NeuronStats]:
+                   max_batches: int | None = None, progress: bool = False,
+                   dist: DistContext | None = None) -> dict[int, NeuronStats]:
     """Mean and unbiased variance of every hidden neuron of every MLP that has them, by block index.
 
-    One pass over ``loader`` (its first ``max_batches``) in eval mode without gradients; under
-    torchrun every process passes over its shard and the statistics are merged across processes.
+    One pass over ``loader`` (its first ``max_batches``) in eval mode without gradients. With
+    ``dist`` every process passes over its own shard and the statistics are merged over all
+    processes, so every process returns the same values.
     """
     if place not in PLACES:
         raise VitpruneError(f"unknown statistics place {place!r} (choose from: {', '.join(PLACES)})")
@@ -75,7 +77,7 @@ def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.
             handle.remove()
     result = {}
     for index, state in moments.items():
-        count, mean, m2 = reduce_moments(*state)
+        count, mean, m2 = reduce_moments(*state) if dist is not None else state
         if count.item() < 2:
             raise VitpruneError(f"variance needs at least 2 samples, got {int(count.item())}")
         result[index] = NeuronStats(count=int(count.item()), mean=mean, var=m2 / (count - 1))
