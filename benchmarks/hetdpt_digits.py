@@ -98,8 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
     plain_train = build_dataset("digits", "train", input_size=size, is_training=False)
     te_batches = list(build_loader(balanced_subset(plain_train, config.te_images, seed=0), 64, shuffle=False, seed=0))
-    dense = {"top1": None, "params": count_macs(model).params, "macs_full": count_macs(model).macs,
-             "macs_linear": count_macs(model, convention="linear").macs}
+    dense = {"top1": None, **count_macs(model).totals()}
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         # One HetDPT run at the largest budget fits the predictor (its sweeps cover that budget) and times the stages.
@@ -118,8 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                 comparison = compare_speed(pruned, model, batch_size=config.speed_batch, pairs=args.speed_pairs,
                                            warmup=2)
                 row = {"budget": budget, "method": method, "attention": attention, "activation": activation,
-                       "top1": top1, "params": count_macs(pruned).params, "macs_full": count_macs(pruned).macs,
-                       "macs_linear": count_macs(pruned, convention="linear").macs,
+                       "top1": top1, **count_macs(pruned).totals(),
                        "speedup": comparison.speedup, "speedup_q1": comparison.spread.q1,
                        "speedup_q3": comparison.spread.q3, "choose_seconds": chose,
                        "context": comparison.a.context.to_dict()}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -51,3 +53,10 @@ def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_json(target: str | os.PathLike, data: Any) -> Path:
+    """Write ``data`` as indented JSON to ``target`` through :func:`atomic_file`; returns the path."""
+    with atomic_file(target) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+    return Path(target)

@@ -148,3 +148,10 @@ def test_user_errors():
         count_macs(model, batch_size=0)
     with pytest.raises(UnsupportedArchitectureError):
         count_macs(nn.Sequential(nn.Linear(4, 4)))
+
+
+def test_totals_give_both_conventions_from_either_report():
+    model = build("deit_small_patch16_224", {})
+    full, linear = count_macs(model), count_macs(model, convention="linear")
+    expected = {"params": full.params, "macs_full": full.macs, "macs_linear": linear.macs}
+    assert full.totals() == linear.totals() == expected

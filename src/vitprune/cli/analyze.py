@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -10,7 +9,7 @@ import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
-from vitprune.atomic import atomic_file
+from vitprune.atomic import write_json
 from vitprune.cli.commands import DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
 from vitprune.errors import VitpruneError
 
@@ -138,10 +137,7 @@ def _parse_layers(specs: list[str]) -> list[tuple[str, int]]:
 def _write(out: Path, name: str, document: dict[str, Any],
            plot: Callable[[dict[str, Any], Path], Path]) -> tuple[Path, Path]:
     """Write ``out/name.json`` and ``out/name.png``, each atomically."""
-    json_path = out / f"{name}.json"
-    with atomic_file(json_path) as tmp:
-        tmp.write_text(json.dumps(document, indent=2) + "\n")
-    return json_path, plot(document, out / f"{name}.png")
+    return write_json(out / f"{name}.json", document), plot(document, out / f"{name}.png")
 
 
 def _num(value: float | None) -> str:

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 from rich.table import Table
-from torch import nn
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
@@ -27,11 +26,6 @@ def parse_indices(text: str, what: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise VitpruneError(f"--{what} takes comma-separated block indices such as 0,3,7; got {text!r}") from None
-
-
-def _footprint(model: nn.Module) -> dict[str, int]:
-    full = count_macs(model)
-    return {"params": full.params, "macs_full": full.macs, "macs_linear": full.linear_macs}
 
 
 @prune_app.command()
@@ -67,7 +61,7 @@ def depth(
     dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
     pruned = copy.deepcopy(dense)
     prune_depth(pruned, attn_idx, act_idx, identity=identity.value, fold_norm=fold_norm, output_gelu=output_gelu)
-    before, after = _footprint(dense), _footprint(pruned)
+    before, after = count_macs(dense).totals(), count_macs(pruned).totals()
     summary = {"model": model, "out": str(out), "attention": sorted(attn_idx), "activation": sorted(act_idx),
                "identity": identity.value, "fold_norm": fold_norm, "output_gelu": output_gelu,
                "before": before, "after": after}

@@ -74,6 +74,11 @@ class MacReport:
         """MACs of the attention matmuls (QK^T and A.V) of all blocks."""
         return sum(b.attn_matmul for b in self.blocks)
 
+    def totals(self) -> dict[str, int]:
+        """Parameters and MACs per image in both conventions, whichever convention this report shows."""
+        return {"params": self.params, "macs_full": self.linear_macs + self.attn_matmul_macs,
+                "macs_linear": self.linear_macs}
+
     @property
     def convention_description(self) -> str:
         """What :attr:`macs` includes, in words."""

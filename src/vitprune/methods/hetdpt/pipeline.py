@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
-from vitprune.atomic import atomic_file
+from vitprune.atomic import write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
@@ -38,7 +38,9 @@ from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
 from vitprune.recipe import save
-from vitprune.surgery import ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers
+from vitprune.surgery import (
+    ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
+)
 from vitprune.training import (
     KINDS, DistillationLoss, TrainConfig, Trainer, evaluate, make_teacher, use_distillation_head,
 )
@@ -190,11 +192,6 @@ def _read_json(path: Path) -> Any:
         raise VitpruneError(f"cannot read {path}: {exc}; delete it to recompute that stage") from None
 
 
-def _write_json(path: Path, data: Any) -> None:
-    with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget: int, run_dir: str | Path,
                split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
                device: torch.device | str | None = None, progress: bool = False,
@@ -238,7 +235,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {"budget": budget, "split": list(split), **{
         k: selection[k] for k in ("attention", "activation")}}})
 
-    footprint = {name: _footprint(m) for name, m in (("dense", model), ("pruned", pruned))}
+    footprint = {name: count_macs(m).totals() for name, m in (("dense", model), ("pruned", pruned))}
     comparison = stages.run("measure speed", lambda: compare_speed(
         pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
         progress=progress))
@@ -251,13 +248,8 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
         **footprint, "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(),
         "seconds": stages.seconds, "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
     }
-    _write_json(run_dir / REPORT_FILE, report)
+    write_json(run_dir / REPORT_FILE, report)
     return report
-
-
-def _footprint(model: nn.Module) -> dict[str, int]:
-    full = count_macs(model)
-    return {"params": full.params, "macs_full": full.macs, "macs_linear": full.linear_macs}
 
 
 def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, num_blocks: int,
@@ -283,8 +275,8 @@ def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, 
             model, probe_set, val_set, max_attention=sweep, max_activation=sweep,
             interleaved_rounds=rounds, finetune=config.probe, te_images=config.te_images,
             order=config.interleaved_order, identity=config.identity, device=device, progress=progress,
-            on_point=lambda pts: _write_json(points_path, pts), resume_points=saved)
-        _write_json(points_path, points)
+            on_point=lambda pts: write_json(points_path, pts), resume_points=saved)
+        write_json(points_path, points)
         fit = fit_predictor([(p["a"], p["t"], p["top1"]) for p in points], degrees=config.degrees)
         save_predictor(fit, predictor_path)
     chosen = search_split(fit, budget, num_blocks, min_per_type=config.min_per_type)
@@ -314,10 +306,8 @@ def _step2(model: nn.Module, train_set: Dataset, split: tuple[int, int], config:
                            candidates=candidates, identity=config.identity, prune_fraction=config.prune_fraction,
                            device=device)
     selection = {**result.to_dict(), "candidates": candidates}
-    _write_json(path, selection)
+    write_json(path, selection)
     if config.init == "search":
-        from vitprune.surgery import remove_depth_gates
-
         remove_depth_gates(result.model)
         selection["model"] = result.model
     return selection

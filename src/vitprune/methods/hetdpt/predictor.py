@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vitprune.atomic import atomic_file
+from vitprune.atomic import write_json
 from vitprune.errors import VitpruneError
 
 #: CV RMSEs this close count as a tie, broken towards the lower degree: on noise-free data every
@@ -170,9 +170,7 @@ def search_split(fit: PredictorFit, budget: int, num_layers: int, min_per_type: 
 
 def save_predictor(fit: PredictorFit, path: str | os.PathLike) -> Path:
     """Write ``fit`` as JSON, atomically."""
-    with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps(fit.to_dict(), indent=2) + "\n")
-    return Path(path)
+    return write_json(path, fit.to_dict())
 
 
 def load_predictor(path: str | os.PathLike) -> PredictorFit:

@@ -18,7 +18,7 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
-from vitprune.training.distributed import DistContext, reduce_moments, welford_update
+from vitprune.training.distributed import DistContext, empty_moments, reduce_moments, welford_update
 from vitprune.training.progress import progress_bar
 
 #: Where the statistics are taken: ``post`` = the input of fc2 (after the activation, the paper's
@@ -50,9 +50,7 @@ def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.
     if not views:
         raise VitpruneError("the model has no MLP with hidden neurons")
     device = next(model.parameters()).device
-    moments = {v.index: (torch.zeros((), dtype=torch.float64, device=device),
-                         torch.zeros(v.mlp.hidden_features, dtype=torch.float64, device=device),
-                         torch.zeros(v.mlp.hidden_features, dtype=torch.float64, device=device)) for v in views}
+    moments = {v.index: empty_moments(v.mlp.hidden_features, device) for v in views}
 
     def record(index: int):
         def hook(_module, args, output=None):
