@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from vitprune.errors import VitpruneError
+
 
 @contextmanager
 def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
@@ -60,3 +62,11 @@ def write_json(target: str | os.PathLike, data: Any) -> Path:
     with atomic_file(target) as tmp:
         tmp.write_text(json.dumps(data, indent=2) + "\n")
     return Path(target)
+
+
+def read_json(source: str | os.PathLike) -> Any:
+    """Read back a JSON file a run wrote; an unreadable one is a one-line error that says how to recover."""
+    try:
+        return json.loads(Path(source).read_text())
+    except (OSError, ValueError) as exc:
+        raise VitpruneError(f"cannot read {source}: {exc}; delete it to recompute that stage") from None

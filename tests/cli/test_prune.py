@@ -106,3 +106,63 @@ def test_prune_hetdpt_user_errors(capsys, tmp_path, args, pattern):
     code, _, err = run(capsys, "prune", "hetdpt", "digits-vit", "--no-pretrained", "--out", str(tmp_path / "x"),
                        *data, *args)
     assert_one_line_error(code, err, pattern)
+
+
+def test_prune_vbp_runs_and_reports(capsys, tmp_path, monkeypatch):
+    from vitprune.cli.app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    out = tmp_path / "run"
+    code, stdout, _ = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio",
+                          "0.5", "--calibration-images", "64", "--speed-batch", "4", "--out", str(out))
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    total = sum(report["widths_dense"].values())
+    assert report["removed"] == total // 2
+    assert (f"VBP on digits-vit (starting checkpoint: digits-vit): removed {total // 2} of {total} MLP hidden "
+            "neurons (50%, ranked globally by variance), mean-shift compensation on") in stdout
+    assert "MLP hidden width per block" in stdout and "right after pruning" in stdout
+    assert "MACs (full)" in stdout and "MACs (linear)" in stdout and "alternating pairs" in stdout
+    loaded = vitprune.load(out / "model")
+    assert count_macs(loaded).params == report["pruned"]["params"]
+    # The compensation changes fc2's bias only, so it travels in the weights; the recipe holds the slicing.
+    assert {e.op for e in vitprune.get_recipe(loaded).edits} == {"prune_mlp_neurons"}
+    assert read_document(out / "model")["metadata"]["vbp"] == {"ratio": 0.5, "criterion": "variance",
+                                                                "compensate": True, "removed": total // 2}
+
+
+def test_prune_vbp_baseline_with_fine_tuning_as_json(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, stdout, _ = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio",
+                          "0.3", "--criterion", "snip", "--no-compensate", "--calibration-images", "32",
+                          "--finetune-epochs", "1", "--distill", "--lr", "5e-4", "--batch-size", "64",
+                          "--speed-batch", "2", "--out", str(out), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert report["criterion"] == "snip" and report["compensate"] is False and report["model"] == "digits-vit"
+    assert set(report["top1"]) == {"dense", "pruned", "finetuned", "finetune_best"}
+    assert report["config"]["distill"] == "soft" and report["config"]["finetune"]["epochs"] == 1
+    assert not (out / "statistics.safetensors").exists()
+    assert [e.op for e in vitprune.get_recipe(vitprune.load(out / "model")).edits] == ["prune_mlp_neurons"] * len(
+        [w for b, w in report["widths"].items() if w < report["widths_dense"][b]])
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--ratio", "0"], r"the pruning ratio must be in \(0, 1\], got 0.0"),
+    (["--ratio", "2"], r"the pruning ratio must be in \(0, 1\], got 2.0"),
+    (["--ratio", "0.5", "--data", "/no/such/dir"], "/no/such/dir"),
+    (["--ratio", "0.5", "--min-width", "200"], "cannot remove 50% of the neurons while keeping 200 per MLP"),
+], ids=["ratio-zero", "ratio-too-big", "missing-data", "min-width"])
+def test_prune_vbp_user_errors(capsys, tmp_path, args, pattern):
+    data = [] if "--data" in args else ["--data", "digits"]
+    code, _, err = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--calibration-images", "16",
+                       "--out", str(tmp_path / "x"), *data, *args)
+    assert_one_line_error(code, err, pattern)
+
+
+def test_prune_vbp_refuses_a_used_run_directory(capsys, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "report.json").write_text("{}")
+    code, _, err = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio", "0.5",
+                       "--out", str(tmp_path / "x"))
+    assert_one_line_error(code, err, "is not empty; pass --resume")

@@ -12,6 +12,7 @@ from torch import nn
 from conftest import TORCHRUN_VARS, run_torchrun
 
 from vitprune.errors import VitpruneError
+from vitprune.training import distributed
 from vitprune.training.distributed import (
     DistContext,
     all_reduce_sum,
@@ -93,6 +94,16 @@ def test_welford_over_batches_equals_whole_data():
     for chunk in x.split(7):  # uneven last chunk
         state = welford_update(*state, chunk)
     _assert_moments(state, _whole(x))
+
+
+def test_welford_leaves_the_batch_alone_and_chunks_exactly(monkeypatch):
+    x = _samples(n=33)
+    before = x.clone()
+    whole = welford_update(*empty_moments(5), x)
+    assert torch.equal(x, before)  # float64 input: the shifted copy must not alias it
+    monkeypatch.setattr(distributed, "_CHUNK_ELEMENTS", 20)  # 4 rows per chunk, uneven last one
+    _assert_moments(welford_update(*empty_moments(5), x), _whole(x))
+    _assert_moments(whole, _whole(x))
 
 
 def test_welford_counts_every_token_as_a_sample():

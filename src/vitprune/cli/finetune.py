@@ -57,37 +57,29 @@ def finetune(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Fine-tune MODEL on --data; runs unchanged under `torchrun --nproc_per_node N -m vitprune finetune ...`."""
-    from torch import nn
-
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset
     from vitprune.models import original_model, resolve_model
     from vitprune.recipe import save
-    from vitprune.training import DistillationLoss, TrainConfig, Trainer, make_teacher, use_distillation_head
+    from vitprune.training import TrainConfig, finetune_pruned
     from vitprune.training.distributed import init_distributed
-    from vitprune.training.progress import training_progress
 
     ctx = init_distributed(device)
     student = resolve_model(model)
     input_size = get_adapter(student).input_size
     train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
     val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
-    criterion = None
+    teacher_model = None
     if distill is not Distill.none:
-        source = resolve_model(teacher) if teacher is not None else original_model(student)
-        use_distillation_head(student, distill.value)
-        criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=label_smoothing),
-                                     make_teacher(source).to(ctx.device), kind=distill.value, alpha=alpha, tau=tau)
+        teacher_model = resolve_model(teacher) if teacher is not None else original_model(student)
     config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, optimizer=optimizer.value,
                          weight_decay=weight_decay, warmup_epochs=warmup_epochs, label_smoothing=label_smoothing,
                          mixup_alpha=mixup, cutmix_alpha=cutmix,
                          clip_grad=clip_grad, accum_steps=accum_steps, amp=amp, ema_decay=ema_decay, seed=seed,
                          checkpoint_every=checkpoint_every)
-    trainer = Trainer(student, train_set, config, run_dir=out, criterion=criterion, val_set=val_set, dist=ctx)
-    trainer.start(resume=resume)
-    with training_progress(trainer, enabled=ctx.is_main and not json_out, console=err_console) as on_batch:
-        history = trainer.fit(on_batch=on_batch)
-    use_distillation_head(student, "none")
+    history = finetune_pruned(student, train_set, val_set, config, teacher=teacher_model, distill=distill.value,
+                              alpha=alpha, tau=tau, run_dir=out, dist=ctx, progress=not json_out, resume=resume,
+                              console=err_console)
     if not ctx.is_main:
         return
     summary = {"model": model, "data": data, "run_dir": str(out), "epochs": history,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -148,3 +149,73 @@ def hetdpt(
         print_json(report)
     else:
         render_hetdpt(model, report)
+
+
+class Criterion(str, Enum):
+    variance = "variance"
+    pre_variance = "pre-variance"
+    magnitude = "magnitude"
+    snip = "snip"
+    random = "random"
+
+
+@prune_app.command()
+def vbp(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    ratio: float = typer.Option(..., "--ratio", "-p", help="Share of all MLP hidden neurons to remove, e.g. 0.5."),
+    out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning run, model/, report."),
+    criterion: Criterion = typer.Option(Criterion.variance, help="Neuron score: variance is VBP; the rest are the "
+                                                                  "paper's baselines."),
+    compensate: bool = typer.Option(True, "--compensate/--no-compensate",
+                                    help="Fold the removed neurons' means into the next bias (mean-shift)."),
+    min_width: int = typer.Option(0, "--min-width", min=0, help="Neurons every MLP keeps (paper: 0)."),
+    calibration_images: Optional[int] = typer.Option(
+        None, "--calibration-images", min=2, help="Training images for the statistics (default: all, as the paper)."),
+    finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0, help="Fine-tuning epochs after pruning "
+                                                                            "(paper: 10; 0: none)."),
+    distill: bool = typer.Option(False, "--distill/--no-distill", help="Fine-tune with soft distillation from the "
+                                                                       "unpruned model (the paper does)."),
+    lr: float = typer.Option(1.5e-5, "--lr", help="Fine-tuning learning rate (paper: 1.5e-5, cosine, AdamW)."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Fine-tuning batch (paper: 32)."),
+    alpha: float = typer.Option(1.0, help="Weight of the distillation term (1: distillation only)."),
+    tau: float = typer.Option(1.0, help="Distillation temperature."),
+    seed: int = typer.Option(0, help="Seed of the calibration subset, the random criterion and fine-tuning."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
+    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    speed_batch: int = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement."),
+    device: str = DEVICE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; optionally fine-tune."""
+    from vitprune.adapters import get_adapter
+    from vitprune.cli.render import render_vbp
+    from vitprune.data import build_dataset
+    from vitprune.device import resolve_device
+    from vitprune.methods.vbp.pipeline import VBPConfig, run_vbp
+    from vitprune.models import resolve_model
+    from vitprune.training import TrainConfig
+
+    finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, batch_size=batch_size, weight_decay=0.01, seed=seed)
+                if finetune_epochs else None)
+    config = VBPConfig(ratio=ratio, criterion=criterion.value, compensate=compensate, min_width=min_width,
+                       calibration_images=calibration_images, seed=seed, finetune=finetune,
+                       distill="soft" if distill else "none", alpha=alpha, tau=tau, speed_batch=speed_batch)
+    config.validate()
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    input_size = get_adapter(dense).input_size
+    sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
+                                is_training=training)
+            for name, split, training in (("train", "train", True), ("val", "val", False),
+                                          ("calibration", "train", False))}
+    report = run_vbp(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out,
+                     config=config, device=resolve_device(device), progress=not json_out, resume=resume,
+                     log=(lambda _m: None) if json_out else err_console.print)
+    report["model"] = model
+    if json_out:
+        print_json(report)
+    else:
+        render_vbp(model, report)

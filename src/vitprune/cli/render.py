@@ -79,12 +79,38 @@ def render_hetdpt(model: str, report: dict) -> None:
         console.print(f"predictor: degree {fit['degree']} polynomial, L2OCV MAE {fit['mae']:.3f} / RMSE "
                       f"{fit['rmse']:.3f} over {len(fit['points'])} points; predicted top-1 along the budget line: "
                       f"{line}")
+    top1 = report["top1"]
+    _render_gains(model, "HetDPT", f"{100 * top1['finetuned']:.2f}% (right after removal {100 * top1['pruned']:.2f}%)",
+                  report)
+
+
+def render_vbp(model: str, report: dict) -> None:
+    """What VBP removed and what it gained: neurons per block, accuracy (retention, fine-tuned), params, MACs, speed."""
+    dense_width = max(report["widths_dense"].values())
+    total = sum(report["widths_dense"].values())
+    console.print(f"[bold]VBP on {model}[/] (starting checkpoint: {model}): removed {report['removed']} of {total} "
+                  f"MLP hidden neurons ({report['ratio']:.0%}, ranked globally by {report['criterion']}), mean-shift "
+                  f"compensation {'on' if report['compensate'] else 'off'}")
+    widths = ", ".join(f"{b}: {w}" for b, w in report["widths"].items())
+    console.print(f"MLP hidden width per block (was {dense_width}): {widths}")
+    top1, retention = report["top1"], report["retention"]
+    cell = f"right after pruning {100 * top1['pruned']:.2f}% ({_share(retention['pruned'])} of dense)"
+    if "finetuned" in top1:
+        cell = (f"{100 * top1['finetuned']:.2f}% after fine-tuning ({_share(retention['finetuned'])} of dense); "
+                + cell)
+    _render_gains(model, "VBP", cell, report)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _render_gains(model: str, method: str, top1_cell: str, report: dict) -> None:
     top1, dense, pruned, speed = report["top1"], report["dense"], report["pruned"], report["speed"]
     table = Table("", "dense", "pruned", "pruned / dense",
-                  title=f"{model} vs HetDPT-pruned (MACs per image: full = with attention matmuls, linear = "
+                  title=f"{model} vs {method}-pruned (MACs per image: full = with attention matmuls, linear = "
                         "linear/conv layers only)")
-    table.add_row("top-1", f"{100 * top1['dense']:.2f}%", f"{100 * top1['finetuned']:.2f}% "
-                  f"(right after removal {100 * top1['pruned']:.2f}%)", "")
+    table.add_row("top-1", f"{100 * top1['dense']:.2f}%", top1_cell, "")
     for label, key in (("params", "params"), ("MACs (full)", "macs_full"), ("MACs (linear)", "macs_linear")):
         table.add_row(label, format_count(dense[key]), format_count(pruned[key]), f"{pruned[key] / dense[key]:.3f}")
     ctx = speed["a"]["context"]

@@ -132,6 +132,10 @@ def reduce_metrics(sums: dict[str, float], count: int) -> dict[str, float]:
     return {**means, "count": int(total_count.item())}
 
 
+#: float64 elements per chunk in :func:`welford_update` (1 MiB: stays in a CPU's cache).
+_CHUNK_ELEMENTS = 1 << 17
+
+
 def empty_moments(num_features: int, device: torch.device | str | None = None) -> Moments:
     """The ``(count, mean, M2)`` statistics of no samples, in float64: the starting point for :func:`welford_update`."""
     zeros = torch.zeros(num_features, dtype=torch.float64, device=device)
@@ -142,21 +146,30 @@ def welford_update(count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, ba
     """Running statistics with ``batch`` folded in, in float64 on ``mean``'s device.
 
     ``batch`` is ``(..., F)`` with ``F = len(mean)``: every leading index is one sample, so a
-    ``(B, T, F)`` block of token activations counts as ``B * T`` samples. The batch's own moments
-    are merged with :func:`merge_moments` (Chan et al.), which stays accurate in float64 where the
-    naive sum of squares would cancel.
+    ``(B, T, F)`` block of token activations counts as ``B * T`` samples. The batch's moments come
+    from sums of the samples shifted by the running mean (by its first sample when nothing has
+    been seen yet), which keeps ``Σd² − (Σd)²/n`` from cancelling, and are merged with
+    :func:`merge_moments` (Chan et al.).
     """
     state = _as_moments(count, mean, m2)
     if batch.ndim == 0 or batch.shape[-1] != state[1].shape[0]:
         raise VitpruneError(f"batch of shape {tuple(batch.shape)} does not end in {state[1].shape[0]} features")
-    rows = batch.detach().reshape(-1, batch.shape[-1]).to(device=state[1].device, dtype=torch.float64)
+    rows = batch.detach().reshape(-1, batch.shape[-1])
     if rows.shape[0] == 0:
         return state
-    # One fused pass for both moments: the statistics pass should cost little more than inference.
-    batch_var, batch_mean = torch.var_mean(rows, dim=0, correction=0)
-    batch_m2 = batch_var * rows.shape[0]
-    batch_count = torch.tensor(float(rows.shape[0]), dtype=torch.float64, device=rows.device)
-    return merge_moments(state, (batch_count, batch_mean, batch_m2))
+    device = state[1].device
+    shift = torch.where(state[0] > 0, state[1], rows[0].to(device=device, dtype=torch.float64))
+    total, squares = torch.zeros_like(shift), torch.zeros_like(shift)
+    # On a CPU, converting the whole batch to float64 at once made the statistics pass memory-bound
+    # (1.5x plain inference on DeiT-T); cache-sized chunks avoid that. A GPU wants one big kernel.
+    step = rows.shape[0] if rows.is_cuda else max(1, _CHUNK_ELEMENTS // rows.shape[1])
+    for chunk in rows.split(step):
+        shifted = chunk.to(device=device, dtype=torch.float64, copy=True).sub_(shift)
+        total += shifted.sum(0)
+        squares += shifted.square_().sum(0)
+    n = torch.tensor(float(rows.shape[0]), dtype=torch.float64, device=device)
+    batch_m2 = (squares - total.square() / n).clamp_(min=0)
+    return merge_moments(state, (n, shift + total / n, batch_m2))
 
 
 def merge_moments(a: Moments, b: Moments) -> Moments:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from itertools import islice
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from vitprune.errors import VitpruneError
 
 if TYPE_CHECKING:  # the engine's evaluation uses this module's bar, so importing the engine here would loop
     from vitprune.training.engine import Trainer
@@ -20,6 +23,23 @@ def progress_bar(enabled: bool, console: Console | None = None) -> Iterator[Prog
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[stats]}"),
                   TimeElapsedColumn(), console=console or Console(stderr=True), disable=not enabled) as bar:
         yield bar
+
+
+T = TypeVar("T")
+
+
+def track_batches(loader: Iterable[T], description: str, *, max_batches: int | None = None,
+                  enabled: bool = False) -> Iterator[T]:
+    """The first ``max_batches`` items of ``loader`` (all if ``None``) behind a :func:`progress_bar`."""
+    if max_batches is not None and max_batches < 1:
+        raise VitpruneError(f"max_batches must be at least 1, got {max_batches}")
+    total = len(loader) if isinstance(loader, Sized) else None
+    if max_batches is not None:
+        total = max_batches if total is None else min(total, max_batches)
+    with progress_bar(enabled) as bar:
+        task = bar.add_task(description, total=total, stats="")
+        # track() resets the total, to the unknown length of an islice unless told.
+        yield from bar.track(islice(loader, max_batches), total=total, task_id=task)
 
 
 @contextmanager

@@ -12,9 +12,8 @@ result survives a JSON round trip unchanged.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
-from itertools import islice
 from typing import Any
 
 import torch
@@ -26,7 +25,7 @@ from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.surgery import add_depth_gates, check_depth_layers, prune_depth, remaining_layers
 from vitprune.training import TrainConfig, Trainer, evaluate
-from vitprune.training.progress import progress_bar
+from vitprune.training.progress import progress_bar, track_batches
 
 #: The prunable layer types, named as :func:`~vitprune.surgery.prune_depth` names its arguments.
 LAYER_TYPES: tuple[str, ...] = ("attention", "activation")
@@ -49,8 +48,6 @@ def gradient_disparity(
     "batches", "images", "summary"}``; ``summary`` holds each type's ``mean_abs`` averaged over its
     layers and ``ratio``, activation over attention (``None`` when a type has no layer left).
     """
-    if max_batches is not None and max_batches < 1:
-        raise VitpruneError(f"max_batches must be at least 1, got {max_batches}")
     work = copy.deepcopy(model).eval()
     device = next(work.parameters()).device
     # Only the masks' gradients are wanted: frozen weights spare every weight-gradient computation.
@@ -63,13 +60,8 @@ def gradient_disparity(
     abs_sum = torch.zeros(len(layers), dtype=torch.float64)
     signed_sum = torch.zeros(len(layers), dtype=torch.float64)
     batches = images = 0
-    total = len(loader) if isinstance(loader, Sized) else None
-    if max_batches is not None:
-        total = max_batches if total is None else min(total, max_batches)
-    with progress_bar(progress) as bar, torch.enable_grad():
-        task = bar.add_task("mask gradients", total=total, stats="")
-        # track() resets the total, to the unknown length of an islice unless told.
-        for inputs, targets in bar.track(islice(loader, max_batches), total=total, task_id=task):
+    with torch.enable_grad():
+        for inputs, targets in track_batches(loader, "mask gradients", max_batches=max_batches, enabled=progress):
             loss = F.cross_entropy(work(inputs.to(device)), targets.to(device))
             grads = torch.stack(torch.autograd.grad(loss, importances)).detach().to("cpu", torch.float64)
             abs_sum += grads.abs()

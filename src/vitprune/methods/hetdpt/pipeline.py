@@ -15,9 +15,7 @@ interrupted run picks up where it stopped and a finished stage is never redone:
 from __future__ import annotations
 
 import copy
-import json
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -28,7 +26,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
-from vitprune.atomic import write_json
+from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
@@ -37,13 +35,12 @@ from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
+from vitprune.methods.stages import Stages
 from vitprune.recipe import save
 from vitprune.surgery import (
     ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
 )
-from vitprune.training import (
-    KINDS, DistillationLoss, TrainConfig, Trainer, evaluate, make_teacher, use_distillation_head,
-)
+from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
 
 POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, REPORT_FILE = (
     "predictor_points.json", "predictor.json", "predictor.png", "selection.json", "report.json")
@@ -171,27 +168,6 @@ def check_budget(model: nn.Module, budget: int, split: tuple[int, int] | None) -
             raise VitpruneError(f"split asks for {wanted} {kind} layers, but the model has only {have}")
 
 
-class _Stages:
-    """Times each stage and reports progress through ``log``."""
-
-    def __init__(self, log: Callable[[str], None]) -> None:
-        self.log, self.seconds = log, {}
-
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
-        start = time.perf_counter()
-        self.log(f"[bold]{name}[/]")
-        result = fn()
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-        return result
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise VitpruneError(f"cannot read {path}: {exc}; delete it to recompute that stage") from None
-
-
 def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget: int, run_dir: str | Path,
                split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
                device: torch.device | str | None = None, progress: bool = False,
@@ -215,7 +191,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     if predictor is not None and not Path(predictor).is_file():
         raise VitpruneError(f"predictor file {predictor} does not exist")
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    stages = _Stages(log)
+    stages = Stages(log)
     num_blocks = len(get_adapter(model).blocks())
     val_loader = build_loader(val_set, config.finetune.batch_size, shuffle=False, seed=0)
     dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model.to(device), val_loader)["top1"])
@@ -264,7 +240,7 @@ def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, 
             save_predictor(fit, predictor_path)
         log(f"  reusing the predictor in {source}")
     else:
-        saved = _read_json(points_path) if resume and points_path.exists() else None
+        saved = read_json(points_path) if resume and points_path.exists() else None
         probe_set = train_set if config.probe_images is None else balanced_subset(train_set, config.probe_images,
                                                                                     seed=0)
         remaining = remaining_layers(model)
@@ -292,7 +268,7 @@ def _step2(model: nn.Module, train_set: Dataset, split: tuple[int, int], config:
            device: torch.device, progress: bool, resume: bool) -> dict[str, Any]:
     path = run_dir / SELECTION_FILE
     if resume and path.exists() and config.init == "original":
-        selection = _read_json(path)
+        selection = read_json(path)
         if (len(selection["attention"]), len(selection["activation"])) == split:
             return selection
     # A fine-tuning run left by an earlier selection would resume into the wrong structure.
@@ -329,26 +305,9 @@ def prune_and_recover(model: nn.Module, attention: list[int], activation: list[i
     prune_depth(pruned, attention, activation, identity=config.identity, output_gelu=config.output_gelu, merge=False)
     val_loader = build_loader(val_set, config.finetune.batch_size, shuffle=False, seed=0)
     pruned_top1 = evaluate(pruned, val_loader)["top1"]
-    history = _finetune(model, pruned, train_set, val_set, config, run_dir, device, progress, resume)
+    history = finetune_pruned(pruned, train_set, val_set, config.finetune, teacher=model, distill=config.distill,
+                              alpha=config.alpha, tau=config.tau, run_dir=run_dir, device=device, progress=progress,
+                              resume=resume)
     merged = merge_linear_mlps(pruned)
     return pruned, {"pruned": pruned_top1, "finetuned": evaluate(pruned, val_loader)["top1"],
                     "finetune_best": max((h["val_top1"] for h in history), default=None), "merged_blocks": merged}
-
-
-def _finetune(original: nn.Module, pruned: nn.Module, train_set: Dataset, val_set: Dataset, config: HetDPTConfig,
-              run_dir: Path | None, device: torch.device, progress: bool, resume: bool) -> list[dict]:
-    from vitprune.training.progress import training_progress
-
-    criterion = None
-    if config.distill != "none":
-        use_distillation_head(pruned, config.distill)
-        criterion = DistillationLoss(torch.nn.CrossEntropyLoss(label_smoothing=config.finetune.label_smoothing),
-                                     make_teacher(original).to(device), kind=config.distill, alpha=config.alpha,
-                                     tau=config.tau)
-    trainer = Trainer(pruned, train_set, config.finetune, run_dir=run_dir, criterion=criterion, val_set=val_set,
-                      device=device)
-    trainer.start(resume=resume)
-    with training_progress(trainer, enabled=progress) as on_batch:
-        history = trainer.fit(on_batch=on_batch)
-    use_distillation_head(pruned, "none")
-    return history

@@ -1,10 +1,14 @@
 """VBP: variance-based one-shot pruning of MLP neurons with mean-shift compensation.
 
-So far: :func:`mlp_statistics` (Step 1), :func:`select_neurons` and :func:`prune_by_selection`
-(Steps 2 and 3). The CLI, baselines and benchmark are still to come (issue 6).
+:func:`mlp_statistics` (Step 1), :func:`neuron_scores` (VBP's variance and the paper's baselines),
+:func:`select_neurons` and :func:`prune_by_selection` (Steps 2 and 3).
 """
 
-from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, select_neurons
-from vitprune.methods.vbp.statistics import PLACES, NeuronStats, mlp_statistics
+from vitprune.methods.vbp.criteria import CRITERIA, magnitude_scores, neuron_scores, random_scores, snip_scores
+from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
+from vitprune.methods.vbp.statistics import PLACES, NeuronStats, hidden_mlps, mlp_statistics
 
-__all__ = ["PLACES", "ROUNDINGS", "NeuronStats", "mlp_statistics", "prune_by_selection", "select_neurons"]
+__all__ = [
+    "CRITERIA", "PLACES", "ROUNDINGS", "NeuronStats", "hidden_mlps", "magnitude_scores", "mlp_statistics",
+    "neuron_scores", "prune_by_selection", "random_scores", "removal_count", "select_neurons", "snip_scores",
+]

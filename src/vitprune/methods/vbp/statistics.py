@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import islice
 
 import torch
 from torch import nn
 
-from vitprune.adapters import get_adapter
+from vitprune.adapters import BlockView, get_adapter
 from vitprune.errors import VitpruneError
 from vitprune.training.distributed import DistContext, empty_moments, reduce_moments, welford_update
-from vitprune.training.progress import progress_bar
+from vitprune.training.progress import track_batches
 
 #: Where the statistics are taken: ``post`` = the input of fc2 (after the activation, the paper's
 #: choice); ``pre`` = the output of fc1 (before it, the paper's Table 7 ablation).
@@ -46,9 +45,7 @@ def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.
     """
     if place not in PLACES:
         raise VitpruneError(f"unknown statistics place {place!r} (choose from: {', '.join(PLACES)})")
-    views = [v for v in get_adapter(model).blocks() if not v.mlp.merged]
-    if not views:
-        raise VitpruneError("the model has no MLP with hidden neurons")
+    views = hidden_mlps(model)
     device = next(model.parameters()).device
     moments = {v.index: empty_moments(v.mlp.hidden_features, device) for v in views}
 
@@ -62,12 +59,9 @@ def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.
     was_training = model.training
     try:
         model.eval()
-        total = len(loader) if hasattr(loader, "__len__") else None
-        if max_batches is not None and total is not None:
-            total = min(total, max_batches)
-        with torch.no_grad(), progress_bar(progress) as bar:
-            task = bar.add_task("activation statistics", total=total, stats="")
-            for images, _ in bar.track(islice(loader, max_batches), total=total, task_id=task):
+        with torch.no_grad():
+            for images, _ in track_batches(loader, "activation statistics", max_batches=max_batches,
+                                           enabled=progress):
                 model(images.to(device))
     finally:
         model.train(was_training)
@@ -80,3 +74,11 @@ def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.
             raise VitpruneError(f"variance needs at least 2 samples, got {int(count.item())}")
         result[index] = NeuronStats(count=int(count.item()), mean=mean, var=m2 / (count - 1))
     return result
+
+
+def hidden_mlps(model: nn.Module) -> list[BlockView]:
+    """The views of every block whose MLP still has hidden neurons (not merged into one Linear)."""
+    views = [v for v in get_adapter(model).blocks() if not v.mlp.merged]
+    if not views:
+        raise VitpruneError("the model has no MLP with hidden neurons")
+    return views

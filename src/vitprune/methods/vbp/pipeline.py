@@ -1,0 +1,203 @@
+"""The VBP pipeline: statistics, global selection, mean-shift compensation, optional fine-tuning, report.
+
+Each stage writes what it decided into the run directory before the next starts, so an
+interrupted run picks up where it stopped (``resume``) and the statistics pass (one epoch of the
+training set in the paper) is never redone:
+
+    run_dir/statistics.safetensors  post-activation count, mean and variance of every MLP neuron
+    run_dir/selection.json          criterion, ratio and the removed neurons of each block
+    run_dir/finetune/               the fine-tuning run (checkpoints, metrics.jsonl)
+    run_dir/model/                  the pruned (and fine-tuned) model: recipe + weights
+    run_dir/report.json             top-1 before/after, params, MACs (both conventions), speed, seconds
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.data import balanced_subset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.methods.stages import Stages
+from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
+from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
+from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
+from vitprune.recipe import save
+from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
+
+STATISTICS_FILE, SELECTION_FILE, REPORT_FILE = "statistics.safetensors", "selection.json", "report.json"
+FINETUNE_DIR, MODEL_DIR = "finetune", "model"
+
+
+@dataclass
+class VBPConfig:
+    """Every setting of the pipeline; the defaults are the paper's (ImageNet, DeiT)."""
+
+    #: Share of all MLP hidden neurons removed, ranked globally.
+    ratio: float = 0.5
+    #: How neurons are scored (:data:`~vitprune.methods.vbp.criteria.CRITERIA`); ``variance`` is VBP.
+    criterion: str = "variance"
+    #: Fold the removed neurons' post-activation means into fc2's bias (mean-shift compensation).
+    compensate: bool = True
+    rounding: str = "ceil"
+    #: Neurons every MLP keeps (0, the paper's setting, lets one lose all of them).
+    min_width: int = 0
+    #: Class-balanced training images the statistics (and SNIP) are computed on; ``None``: all of them.
+    calibration_images: int | None = None
+    calibration_batch: int = 64
+    seed: int = 0
+    #: Fine-tuning after pruning (``None``: none). The paper: 10 epochs, AdamW, lr 1.5e-5, cosine,
+    #: batch 32, weight decay 0.01, distillation from the unpruned model.
+    finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(
+        epochs=10, lr=1.5e-5, batch_size=32, weight_decay=0.01))
+    distill: str = "soft"
+    #: Weight of the distillation term; 1 is pure distillation (the note's reading of the paper's KD).
+    alpha: float = 1.0
+    tau: float = 1.0
+    speed_batch: int = 16
+    speed_pairs: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Fail at once, before the statistics pass, on a setting a later stage would reject."""
+        if not 0 < self.ratio <= 1:
+            raise VitpruneError(f"the pruning ratio must be in (0, 1], got {self.ratio}")
+        for name, allowed in (("criterion", CRITERIA), ("rounding", ROUNDINGS), ("distill", KINDS)):
+            if getattr(self, name) not in allowed:
+                raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
+        if self.calibration_images is not None and self.calibration_images < 2:
+            raise VitpruneError(f"calibration needs at least 2 images, got {self.calibration_images}")
+        if self.finetune is not None:
+            self.finetune.validate()
+
+    @property
+    def needs_statistics(self) -> bool:
+        """Whether a post-activation statistics pass is needed: for the variance score or the compensation."""
+        return self.compensate or self.criterion == "variance"
+
+
+def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
+            config: VBPConfig | None = None, calibration_set: Dataset | None = None,
+            device: torch.device | str | None = None, progress: bool = False,
+            log: Callable[[str], None] = lambda _msg: None, resume: bool = False) -> dict[str, Any]:
+    """Prune a copy of ``model`` the VBP way (or by a baseline criterion), optionally fine-tune it; returns the report.
+
+    Statistics and scores come from ``calibration_set`` (default ``train_set``; the CLI passes the
+    training images with the evaluation transform). Accuracy is top-1 on ``val_set`` for the dense
+    model, right after pruning (the paper's retention) and after fine-tuning. The model is saved to
+    ``run_dir/model``. With ``resume``, stages found in ``run_dir`` are reused and fine-tuning
+    continues from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
+    """
+    config = config or VBPConfig()
+    config.validate()
+    removal_count((v.mlp.hidden_features for v in hidden_mlps(model)), config.ratio, rounding=config.rounding,
+                  min_width=config.min_width)
+    run_dir = Path(run_dir)
+    if not resume and run_dir.exists() and any(run_dir.iterdir()):
+        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model = model.to(device)
+    stages = Stages(log)
+    stage = stages.run
+
+    val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
+    dense_top1 = stage("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
+    calibration = calibration_set if calibration_set is not None else train_set
+    if config.calibration_images is not None and config.calibration_images < len(calibration):
+        calibration = balanced_subset(calibration, config.calibration_images, seed=config.seed)
+    loader = build_loader(calibration, config.calibration_batch, shuffle=False, seed=config.seed)
+
+    stats = None
+    if config.needs_statistics:
+        stats = stage("activation statistics", lambda: _statistics(model, loader, run_dir, progress, resume))
+    removed = stage(f"select neurons ({config.criterion})", lambda: _select(
+        model, loader, stats, config, run_dir, progress, resume))
+
+    pruned = copy.deepcopy(model)
+    prune_by_selection(pruned, removed, stats if config.compensate else None)
+    top1 = {"dense": dense_top1, "pruned": stage("evaluate right after pruning",
+                                                 lambda: evaluate(pruned, val_loader)["top1"])}
+    if config.finetune is not None:
+        history = stage("fine-tune", lambda: finetune_pruned(
+            pruned, train_set, val_set, config.finetune, teacher=model, distill=config.distill, alpha=config.alpha,
+            tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress, resume=resume))
+        top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
+        top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
+    summary = {"ratio": config.ratio, "criterion": config.criterion, "compensate": config.compensate,
+               "removed": sum(map(len, removed.values()))}
+    save(pruned, run_dir / MODEL_DIR, metadata={"vbp": summary})
+
+    widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
+              for name, m in (("dense", model), ("pruned", pruned))}
+    comparison = stage("measure speed", lambda: compare_speed(
+        pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
+        progress=progress))
+    report = {
+        **summary, "widths": widths["pruned"], "widths_dense": widths["dense"], "top1": top1,
+        "retention": {k: v / dense_top1 if dense_top1 else None for k, v in top1.items() if k != "dense"},
+        "dense": count_macs(model).totals(), "pruned": count_macs(pruned).totals(), "mac_conventions": CONVENTIONS,
+        "speed": comparison.to_dict(), "seconds": stages.seconds, "config": config.to_dict(),
+        "model_dir": str(run_dir / MODEL_DIR),
+    }
+    write_json(run_dir / REPORT_FILE, report)
+    return report
+
+
+def _statistics(model: nn.Module, loader, run_dir: Path, progress: bool, resume: bool) -> dict[int, NeuronStats]:
+    path = run_dir / STATISTICS_FILE
+    if resume and path.exists():
+        return load_statistics(path)
+    stats = mlp_statistics(model, loader, progress=progress)
+    save_statistics(stats, path)
+    return stats
+
+
+def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, config: VBPConfig, run_dir: Path,
+            progress: bool, resume: bool) -> dict[int, list[int]]:
+    path = run_dir / SELECTION_FILE
+    decision = {"criterion": config.criterion, "ratio": config.ratio, "rounding": config.rounding,
+                "min_width": config.min_width, "seed": config.seed}
+    if resume and path.exists():
+        saved = read_json(path)
+        if {k: saved.get(k) for k in decision} == decision:
+            return {int(b): neurons for b, neurons in saved["removed"].items()}
+    scores = neuron_scores(model, config.criterion, loader, stats=stats, seed=config.seed, progress=progress)
+    removed = select_neurons(scores, config.ratio, rounding=config.rounding, min_width=config.min_width)
+    write_json(path, {**decision, "removed": {str(b): neurons for b, neurons in removed.items()}})
+    return removed
+
+
+def save_statistics(stats: dict[int, NeuronStats], path: str | Path) -> None:
+    """Write neuron statistics to a safetensors file (atomically)."""
+    tensors = {}
+    for block, s in stats.items():
+        tensors |= {f"{block}.count": torch.tensor(s.count, dtype=torch.int64), f"{block}.mean": s.mean.cpu(),
+                    f"{block}.var": s.var.cpu()}
+    with atomic_file(Path(path)) as tmp:
+        save_file(tensors, str(tmp))
+
+
+def load_statistics(path: str | Path) -> dict[int, NeuronStats]:
+    """Read statistics written by :func:`save_statistics`."""
+    try:
+        tensors = load_file(str(path))
+        blocks = sorted({int(key.split(".")[0]) for key in tensors})
+        return {b: NeuronStats(int(tensors[f"{b}.count"]), tensors[f"{b}.mean"], tensors[f"{b}.var"])
+                for b in blocks}
+    except (OSError, SafetensorError, KeyError, ValueError) as exc:
+        raise VitpruneError(f"cannot read statistics from {path}: {exc}; delete it to recompute them") from None

@@ -1,0 +1,45 @@
+"""Recovering accuracy after pruning: fine-tune the pruned model, optionally distilling from the unpruned one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.errors import VitpruneError
+from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
+from vitprune.training.distributed import DistContext
+from vitprune.training.engine import TrainConfig, Trainer
+from vitprune.training.progress import training_progress
+
+
+def finetune_pruned(student: nn.Module, train_set: Dataset, val_set: Dataset | None, config: TrainConfig, *,
+                    teacher: nn.Module | None = None, distill: str = "none", alpha: float = 0.5, tau: float = 1.0,
+                    run_dir: str | Path | None = None, device: torch.device | str | None = None,
+                    dist: DistContext | None = None, progress: bool = False, resume: bool = False,
+                    console: Console | None = None) -> list[dict]:
+    """Fine-tune ``student`` in place; returns the per-epoch history (with ``val_top1`` when ``val_set`` is given).
+
+    With ``distill`` ``"soft"`` or ``"hard"`` the loss mixes the labels with a frozen copy of
+    ``teacher`` (weight ``alpha``, temperature ``tau``). ``run_dir`` keeps the run's checkpoints,
+    from which ``resume`` continues. Under torchrun pass ``dist`` (every process calls this; the
+    teacher goes to each process's device); ``progress`` then shows on the main process only.
+    """
+    criterion = None
+    if distill != "none":
+        if teacher is None:
+            raise VitpruneError(f"{distill} distillation needs a teacher model")
+        use_distillation_head(student, distill)
+        criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=config.label_smoothing),
+                                     make_teacher(teacher).to(dist.device if dist is not None else device), kind=distill, alpha=alpha, tau=tau)
+    trainer = Trainer(student, train_set, config, run_dir=run_dir, criterion=criterion, val_set=val_set,
+                      device=device, dist=dist)
+    trainer.start(resume=resume)
+    try:
+        with training_progress(trainer, enabled=progress and trainer.dist.is_main, console=console) as on_batch:
+            return trainer.fit(on_batch=on_batch)
+    finally:
+        use_distillation_head(student, "none")

@@ -1,0 +1,136 @@
+"""The VBP pipeline end to end: statistics, selection, compensation, fine-tuning, resume, and an exact report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+import vitprune
+from vitprune.data import balanced_subset, build_dataset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import count_macs
+from vitprune.methods.vbp import mlp_statistics, neuron_scores, prune_by_selection, select_neurons
+from vitprune.methods.vbp import pipeline as vbp_pipeline
+from vitprune.methods.vbp.pipeline import (
+    MODEL_DIR, REPORT_FILE, SELECTION_FILE, STATISTICS_FILE, VBPConfig, load_statistics, run_vbp, save_statistics,
+)
+from vitprune.training import TrainConfig, evaluate
+
+
+@pytest.fixture(scope="module")
+def setting():
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=4)
+    size = vitprune.get_adapter(model).input_size
+    train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
+    calibration = build_dataset("digits", "train", input_size=size, is_training=False)
+    config = VBPConfig(ratio=0.5, calibration_images=128, finetune=None, speed_batch=4, speed_pairs=3)
+    return model, train, val, calibration, config
+
+
+def _reference(model, calibration, config, criterion="variance", compensate=True):
+    """The same pruning done by hand with the public building blocks."""
+    loader = build_loader(balanced_subset(calibration, config.calibration_images, seed=config.seed),
+                          config.calibration_batch, shuffle=False, seed=config.seed)
+    stats = mlp_statistics(model, loader)
+    scores = neuron_scores(model, criterion, loader, stats=stats, seed=config.seed)
+    removed = select_neurons(scores, config.ratio)
+    pruned = vitprune.create_model("digits-vit", depth=4)
+    pruned.load_state_dict(model.state_dict())
+    prune_by_selection(pruned, removed, stats if compensate else None)
+    return pruned, removed
+
+
+def test_one_shot_run_matches_the_building_blocks(setting, tmp_path):
+    model, train, val, calibration, config = setting
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    report = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
+    reference, removed = _reference(model, calibration, config)
+    total = sum(report["widths_dense"].values())
+    assert report["removed"] == math.ceil(0.5 * total) == sum(map(len, removed.values()))
+    hidden = {str(v.index): v.mlp.hidden_features for v in vitprune.get_adapter(model).blocks()}
+    assert report["widths_dense"] == hidden
+    assert report["widths"] == {str(b): hidden[str(b)] - len(r) for b, r in removed.items()}
+    loaded = vitprune.load(tmp_path / MODEL_DIR)
+    x = torch.randn(3, *vitprune.get_adapter(model).input_size)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(x), reference.eval()(x), rtol=0, atol=0)
+    loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
+    assert report["top1"] == {"dense": evaluate(model, loader)["top1"], "pruned": evaluate(reference, loader)["top1"]}
+    assert report["retention"]["pruned"] == report["top1"]["pruned"] / report["top1"]["dense"]
+    assert report["pruned"] == count_macs(reference).totals() and report["dense"] == count_macs(model).totals()
+    assert report["speed"]["pairs"] == 3
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # the input model is untouched
+    for name in (STATISTICS_FILE, SELECTION_FILE, REPORT_FILE):
+        assert (tmp_path / name).is_file()
+
+
+def test_baseline_without_compensation_needs_no_statistics(setting, tmp_path, monkeypatch):
+    model, train, val, calibration, config = setting
+    monkeypatch.setattr(vbp_pipeline, "mlp_statistics", lambda *a, **k: pytest.fail("no statistics pass needed"))
+    report = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path,
+                     config=replace(config, criterion="magnitude", compensate=False))
+    reference, _ = _reference(model, calibration, config, criterion="magnitude", compensate=False)
+    assert not (tmp_path / STATISTICS_FILE).exists()
+    x = torch.randn(2, *vitprune.get_adapter(model).input_size)
+    with torch.no_grad():
+        torch.testing.assert_close(vitprune.load(tmp_path / MODEL_DIR)(x), reference.eval()(x), rtol=0, atol=0)
+    assert report["criterion"] == "magnitude" and report["compensate"] is False
+
+
+def test_resume_reuses_statistics_and_selection(setting, tmp_path, monkeypatch):
+    model, train, val, calibration, config = setting
+    first = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
+    with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
+        run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
+    monkeypatch.setattr(vbp_pipeline, "mlp_statistics", lambda *a, **k: pytest.fail("statistics recomputed"))
+    monkeypatch.setattr(vbp_pipeline, "neuron_scores", lambda *a, **k: pytest.fail("selection recomputed"))
+    again = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config, resume=True)
+    assert again["top1"] == first["top1"] and again["widths"] == first["widths"]
+
+
+def test_fine_tuning_with_distillation_recovers_and_is_reported(setting, trained_digits, tmp_path):
+    _, train, val, calibration, config = setting
+    model = trained_digits
+    tune = TrainConfig(epochs=1, lr=5e-4, batch_size=64)
+    report = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path,
+                     config=replace(config, ratio=0.7, finetune=tune, distill="soft", alpha=0.5))
+    loaded = vitprune.load(tmp_path / MODEL_DIR)
+    loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
+    assert report["top1"]["finetuned"] == evaluate(loaded, loader)["top1"]
+    assert report["top1"]["finetune_best"] == report["top1"]["finetuned"]  # one epoch: its result is the best
+    assert (tmp_path / "finetune").is_dir()
+    assert report["top1"]["finetuned"] > report["top1"]["pruned"] + 0.05, report["top1"]
+
+
+def test_statistics_round_trip_and_a_corrupt_file(tmp_path):
+    model = vitprune.create_model("digits-vit", depth=2)
+    images = torch.randn(4, *vitprune.get_adapter(model).input_size)
+    stats = mlp_statistics(model, [(images, None)])
+    save_statistics(stats, tmp_path / "s.safetensors")
+    loaded = load_statistics(tmp_path / "s.safetensors")
+    assert loaded.keys() == stats.keys()
+    for b in stats:
+        assert loaded[b].count == stats[b].count
+        assert torch.equal(loaded[b].mean, stats[b].mean) and torch.equal(loaded[b].var, stats[b].var)
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(VitpruneError, match="cannot read statistics from .*bad.safetensors.*delete it"):
+        load_statistics(tmp_path / "bad.safetensors")
+
+
+@pytest.mark.parametrize("change, pattern", [
+    ({"ratio": 0.0}, r"ratio must be in \(0, 1\]"),
+    ({"ratio": 1.5}, r"ratio must be in \(0, 1\]"),
+    ({"criterion": "l1"}, "unknown criterion 'l1'"),
+    ({"rounding": "up"}, "unknown rounding 'up'"),
+    ({"distill": "kl"}, "unknown distill 'kl'"),
+    ({"calibration_images": 1}, "at least 2 images"),
+])
+def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
+    model, train, val, calibration, config = setting
+    with pytest.raises(VitpruneError, match=pattern):
+        run_vbp(model, train, val, run_dir=tmp_path / "run", config=replace(config, **change))
+    assert not (tmp_path / "run").exists()
