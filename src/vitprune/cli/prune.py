@@ -164,7 +164,7 @@ def vbp(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
     ratio: float = typer.Option(..., "--ratio", "-p", help="Share of all MLP hidden neurons to remove, e.g. 0.5."),
-    out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning run, model/, report."),
+    out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning, model/, report."),
     criterion: Criterion = typer.Option(Criterion.variance, help="Neuron score: variance is VBP; the rest are the "
                                                                   "paper's baselines."),
     compensate: bool = typer.Option(True, "--compensate/--no-compensate",
@@ -190,7 +190,7 @@ def vbp(
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; optionally fine-tune."""
+    """VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; fine-tune if asked."""
     from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_vbp
     from vitprune.data import build_dataset

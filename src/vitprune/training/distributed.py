@@ -164,9 +164,10 @@ def welford_update(count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor, ba
     # (1.5x plain inference on DeiT-T); cache-sized chunks avoid that. A GPU wants one big kernel.
     step = rows.shape[0] if rows.is_cuda else max(1, _CHUNK_ELEMENTS // rows.shape[1])
     for chunk in rows.split(step):
-        shifted = chunk.to(device=device, dtype=torch.float64, copy=True).sub_(shift)
+        # Type promotion casts and subtracts in one float64 pass, into a new tensor (the input is never written).
+        shifted = torch.sub(chunk.to(device), shift)
         total += shifted.sum(0)
-        squares += shifted.square_().sum(0)
+        squares += shifted.mul_(shifted).sum(0)
     n = torch.tensor(float(rows.shape[0]), dtype=torch.float64, device=device)
     batch_m2 = (squares - total.square() / n).clamp_(min=0)
     return merge_moments(state, (n, shift + total / n, batch_m2))

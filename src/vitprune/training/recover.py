@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 
 from vitprune.errors import VitpruneError
 from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
-from vitprune.training.distributed import DistContext
+from vitprune.training.distributed import DistContext, init_distributed
 from vitprune.training.engine import TrainConfig, Trainer
 from vitprune.training.progress import training_progress
 
@@ -28,18 +28,20 @@ def finetune_pruned(student: nn.Module, train_set: Dataset, val_set: Dataset | N
     from which ``resume`` continues. Under torchrun pass ``dist`` (every process calls this; the
     teacher goes to each process's device); ``progress`` then shows on the main process only.
     """
+    # Resolved here, as the Trainer would, so that the teacher lands on the student's device.
+    dist = dist if dist is not None else init_distributed(None if device is None else str(device))
     criterion = None
     if distill != "none":
         if teacher is None:
             raise VitpruneError(f"{distill} distillation needs a teacher model")
         use_distillation_head(student, distill)
-        criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=config.label_smoothing),
-                                     make_teacher(teacher).to(dist.device if dist is not None else device), kind=distill, alpha=alpha, tau=tau)
-    trainer = Trainer(student, train_set, config, run_dir=run_dir, criterion=criterion, val_set=val_set,
-                      device=device, dist=dist)
+        teacher = make_teacher(teacher).to(dist.device)
+        criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=config.label_smoothing), teacher,
+                                     kind=distill, alpha=alpha, tau=tau)
+    trainer = Trainer(student, train_set, config, run_dir=run_dir, criterion=criterion, val_set=val_set, dist=dist)
     trainer.start(resume=resume)
     try:
-        with training_progress(trainer, enabled=progress and trainer.dist.is_main, console=console) as on_batch:
+        with training_progress(trainer, enabled=progress and dist.is_main, console=console) as on_batch:
             return trainer.fit(on_batch=on_batch)
     finally:
         use_distillation_head(student, "none")

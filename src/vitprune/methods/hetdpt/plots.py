@@ -1,4 +1,4 @@
-"""Figures of the HetDPT analyses, as PNG files (needs matplotlib: ``pip install 'vitprune[plot]'``).
+"""Figures of the HetDPT analyses, as PNG files, drawn with matplotlib.
 
 Figures are drawn on a bare ``matplotlib.figure.Figure``, which renders PNG with the Agg backend
 and leaves pyplot's global state (and the user's backend) alone.
@@ -74,7 +74,8 @@ def _figure(**kwargs: Any) -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise VitpruneError("plotting needs matplotlib, which is not installed: pip install 'vitprune[plot]'") from None
+        raise VitpruneError("plotting needs matplotlib, a vitprune dependency that is missing: "
+                            "pip install matplotlib") from None
     return Figure(layout="constrained", **kwargs)
 
 
