@@ -81,6 +81,8 @@ class BlockView:
     LayerScale modules, or ``nn.Identity`` where the model has none; likewise ``drop_path1/2``.
     ``act`` is an activation on the block output, ``nn.Identity`` in every standard ViT.
     Views show the layers inside any gate (see :class:`AttentionView`'s ``gate``).
+    ``token_keep_rate`` is set where the block drops patch tokens before its MLP
+    (:meth:`ViTAdapter.set_token_pruning`); such a block also computes its [CLS] attention row.
     """
 
     index: int
@@ -95,6 +97,7 @@ class BlockView:
     ls2: nn.Module
     drop_path2: nn.Module
     act: nn.Module
+    token_keep_rate: float | None = None
 
 
 class ViTAdapter(ABC):
@@ -187,6 +190,14 @@ class ViTAdapter(ABC):
     @abstractmethod
     def set_activation(self, index: int, act: nn.Module) -> None:
         """Install ``act`` as the MLP activation of block ``index`` (for instance a gate around the original)."""
+
+    @abstractmethod
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float) -> None:
+        """Make block ``index`` keep its prefix tokens and ``ceil(keep_rate · patches)`` patch tokens before its MLP.
+
+        Patches are ranked by ``alpha·log(intra) + (1−alpha)·log(prior)`` (intra: the head-averaged
+        [CLS] attention; prior: a per-position table, ones until a method sets it).
+        """
 
     @property
     def num_patches(self) -> int:

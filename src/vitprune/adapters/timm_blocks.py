@@ -1,8 +1,13 @@
-"""The timm block form that depth surgery leaves behind where timm's ``Block`` cannot express the result."""
+"""The timm block forms that surgery leaves behind where timm's ``Block`` cannot express the result:
+blocks without attention (depth pruning) and blocks that drop patch tokens (token pruning)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
+from timm.layers import Attention
 from timm.models.vision_transformer import Block
 from torch import nn
 
@@ -31,3 +36,92 @@ class DepthBlock(nn.Module):
             x = x + self.drop_path1(self.ls1(self.norm1(x)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return self.act(x)
+
+
+def attention_with_cls_row(attn: Attention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """timm ``Attention``'s output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.
+
+    The output takes timm's own path (fused scaled-dot-product attention when enabled); the [CLS]
+    row costs one query against the keys, so the full ``N x N`` map is never materialised.
+    """
+    b, n, _ = x.shape
+    q, k, v = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    q, k = attn.q_norm(q), attn.k_norm(k)
+    cls_row = ((q[:, :, :1] * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)[:, :, 0]
+    if attn.fused_attn:
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=attn.attn_drop.p if attn.training else 0.0)
+    else:
+        out = attn.attn_drop(((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)) @ v
+    out = attn.norm(out.transpose(1, 2).reshape(b, n, attn.attn_dim))
+    return attn.proj_drop(attn.proj(out)), cls_row
+
+
+class TokenPruneBlock(nn.Module):
+    """timm's pre-norm ``Block`` that keeps the prefix tokens and the top-scoring patch tokens before its MLP.
+
+    After ``x + attention`` the patch tokens are scored by the fusion of the head-averaged [CLS]
+    attention (``intra``, online) and the per-position prior ``inter`` (a buffer indexed by each
+    token's *original* patch position; ones = no prior): ``alpha·log(intra) + (1−alpha)·log(inter)``,
+    whose top-k equals the top-k of STAR's ``intra^alpha · inter^(1−alpha)``. It keeps
+    ``ceil(keep_rate · patches)`` of them, in their original order, so the MLP and every later block
+    see fewer tokens. Submodule names are ``Block``'s, so state-dict keys do not change.
+    """
+
+    def __init__(self, block: Block, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0,
+                 alpha: float = 1.0) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.ls1, self.drop_path1 = block.norm1, block.attn, block.ls1, block.drop_path1
+        self.norm2, self.mlp, self.ls2, self.drop_path2 = block.norm2, block.mlp, block.ls2, block.drop_path2
+        self.num_prefix_tokens, self.keep_rate, self.alpha = num_prefix_tokens, keep_rate, alpha
+        self.register_buffer("inter", torch.ones(num_patches))
+        self.train(block.training)
+
+    def keep_count(self, patches: int) -> int:
+        """Patch tokens kept out of ``patches`` entering: ``ceil(keep_rate · patches)``, at least 1."""
+        # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.
+        return max(1, math.ceil(round(self.keep_rate * patches, 9)))
+
+    def scores(self, cls_row: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Fused log-scores ``(B, patches)`` from the [CLS] row ``(B, H, N)`` and the tokens' original positions."""
+        intra = cls_row[:, :, self.num_prefix_tokens:].mean(dim=1).detach()
+        return fused_log_scores(intra, self.inter[positions], self.alpha)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tokens, positions)`` after the block; ``positions`` are the patch tokens' original indices ``(B, n)``."""
+        out, cls_row = attention_with_cls_row(self.attn, self.norm1(x))
+        x = x + self.drop_path1(self.ls1(out))
+        prefix, patches = self.num_prefix_tokens, x.shape[1] - self.num_prefix_tokens
+        if positions is None:
+            positions = torch.arange(patches, device=x.device).expand(x.shape[0], patches)
+        keep = self.keep_count(patches)
+        if keep < patches:
+            chosen = self.scores(cls_row, positions).topk(keep, dim=1).indices.sort(dim=1).values
+            kept = x[:, prefix:].gather(1, chosen[..., None].expand(-1, -1, x.shape[2]))
+            x, positions = torch.cat([x[:, :prefix], kept], dim=1), positions.gather(1, chosen)
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x, positions
+
+
+def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor, alpha: float, eps: float = 1e-12) -> torch.Tensor:
+    """``alpha·log(intra) + (1−alpha)·log(inter)``: the log of STAR's fused score, up to a per-row constant.
+
+    ``exp`` of it, normalised, is the minimiser of ``alpha·KL(p‖intra) + (1−alpha)·KL(p‖inter)``
+    over distributions ``p``. ``eps`` floors both scores: an exact zero must not veto a token.
+    """
+    fused = alpha * intra.clamp_min(eps).log()
+    if alpha < 1:
+        fused = fused + (1 - alpha) * inter.clamp_min(eps).log()
+    return fused
+
+
+class TokenBlocks(nn.Sequential):
+    """The block sequence of a token-pruned ViT: hands each patch token's original position from block to block."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = None
+        for block in self:
+            if isinstance(block, TokenPruneBlock):
+                x, positions = block(x, positions)
+            else:
+                x = block(x)
+        return x

@@ -8,7 +8,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
-from vitprune.adapters.timm_blocks import DepthBlock
+from vitprune.adapters.timm_blocks import DepthBlock, TokenBlocks, TokenPruneBlock
 from vitprune.errors import UnsupportedArchitectureError
 from vitprune.layers import Gate, GatedLayer
 
@@ -60,7 +60,7 @@ class TimmViTAdapter(ViTAdapter):
         super().__init__(model)
         for i, block in enumerate(model.blocks):
             path = f"blocks.{i}"
-            if type(block) not in (Block, DepthBlock):
+            if type(block) not in (Block, DepthBlock, TokenPruneBlock):
                 raise _reject(path, block, "only timm's pre-norm Block is supported")
             _check_attention(f"{path}.attn", block.attn)
             _check_mlp(f"{path}.mlp", block.mlp)
@@ -73,7 +73,7 @@ class TimmViTAdapter(ViTAdapter):
         return [self._view(i, block) for i, block in enumerate(self.model.blocks)]
 
     @staticmethod
-    def _view(index: int, block: Block | DepthBlock) -> BlockView:
+    def _view(index: int, block: Block | DepthBlock | TokenPruneBlock) -> BlockView:
         (a, attn_gate), m = _unwrap(block.attn), block.mlp
         act, act_gate = _unwrap(m.act)
         attn = None if a is None else AttentionView(module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads,
@@ -92,6 +92,7 @@ class TimmViTAdapter(ViTAdapter):
             ls2=block.ls2,
             drop_path2=block.drop_path2,
             act=block.act if isinstance(block, DepthBlock) else nn.Identity(),
+            token_keep_rate=block.keep_rate if isinstance(block, TokenPruneBlock) else None,
         )
 
     @property
@@ -122,6 +123,8 @@ class TimmViTAdapter(ViTAdapter):
     def _depth_block(self, index: int) -> DepthBlock:
         """Block ``index`` as a :class:`DepthBlock`, converting a timm ``Block`` in place."""
         block = self.model.blocks[index]
+        if isinstance(block, TokenPruneBlock):
+            raise ValueError(f"blocks.{index} prunes tokens; depth surgery on such a block is not supported")
         if not isinstance(block, DepthBlock):
             block = self.model.blocks[index] = DepthBlock(block)
         return block
@@ -188,3 +191,17 @@ class TimmViTAdapter(ViTAdapter):
         if isinstance(mlp.fc2, nn.Identity):
             raise ValueError(f"blocks.{index}.mlp is merged and has no activation")
         mlp.act = act
+
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float) -> None:
+        block = self.model.blocks[index]
+        if isinstance(block, TokenPruneBlock):
+            block.keep_rate, block.alpha = keep_rate, alpha
+            return
+        if type(block) is not Block or isinstance(block.attn, GatedLayer):
+            raise ValueError(f"blocks.{index}: token pruning needs timm's Block with its own, ungated attention")
+        if getattr(self.model, "cls_token", None) is None:
+            raise ValueError("token pruning scores patches by the [CLS] token's attention; this model has none")
+        if not isinstance(self.model.blocks, TokenBlocks):
+            self.model.blocks = TokenBlocks(*self.model.blocks)
+        self.model.blocks[index] = TokenPruneBlock(block, num_prefix_tokens=self.num_prefix_tokens,
+                                                   num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha)

@@ -209,18 +209,22 @@ def _trace(model: nn.Module, views: list[BlockView], input_size: tuple[int, int,
             block.tokens = _first_tensor(args, kwargs).shape[1]
         return hook
 
-    def attn_hook(block: BlockMacs, head_dim: int):
+    # On qkv's input, not the attention module's: a token-pruning block runs the attention through
+    # its submodules (to read the [CLS] row too), but every path computes qkv from the tokens that attend.
+    # A token-pruning block also scores with its [CLS] row: one query against all N keys.
+    def attn_hook(block: BlockMacs, head_dim: int, cls_row: bool):
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
             x = _first_tensor(args, kwargs)
-            block.attn_matmul += 2 * block.heads * x.shape[1] ** 2 * head_dim * x.shape[0]
+            tokens = x.shape[1]
+            block.attn_matmul += block.heads * head_dim * tokens * (2 * tokens + cls_row) * x.shape[0]
         return hook
 
     handles = [m.register_forward_hook(layer_hook) for m in targets]
     for block, view in zip(blocks, views, strict=True):
         handles.append(view.module.register_forward_pre_hook(block_hook(block), with_kwargs=True))
         if view.attn is not None:
-            handles.append(view.attn.module.register_forward_pre_hook(
-                attn_hook(block, view.attn.head_dim), with_kwargs=True))
+            handles.append(view.attn.qkv.register_forward_pre_hook(
+                attn_hook(block, view.attn.head_dim, view.token_keep_rate is not None), with_kwargs=True))
     param = next(model.parameters())
     x = torch.randn(batch_size, *input_size, generator=torch.Generator().manual_seed(0))
     was_training = model.training

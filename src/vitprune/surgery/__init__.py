@@ -6,6 +6,7 @@ from vitprune.surgery.depth import (
 )
 from vitprune.surgery.depth_gates import DepthGates, add_depth_gates, prune_gated, remove_depth_gates
 from vitprune.surgery.linear import check_indices, merge_linears, slice_linear
+from vitprune.surgery.tokens import prune_tokens, set_token_prior, token_pruning_blocks
 from vitprune.surgery.width import compensate_mean_shift, prune_heads, prune_mlp_neurons
 
 __all__ = [
@@ -14,5 +15,5 @@ __all__ = [
     "check_indices", "merge_linear_mlps", "merge_linears", "merge_mlp",
     "prune_depth", "prune_gated", "prune_heads", "prune_mlp_neurons", "remaining_layers", "remove_activation",
     "remove_attention",
-    "remove_depth_gates", "slice_linear",
+    "prune_tokens", "remove_depth_gates", "set_token_prior", "slice_linear", "token_pruning_blocks",
 ]

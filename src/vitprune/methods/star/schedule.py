@@ -1,0 +1,112 @@
+"""STAR's per-layer keep rates from the average cosine similarity (ACS) of each block's output tokens.
+
+``p_l = 1 − (1−ρ)·(ACS_l − lo)/(hi − lo)``, clipped to ``[ρ, 1]``: layers whose tokens have
+become alike keep fewer of them. ``lo, hi`` are ``ACS_1, ACS_L`` (the paper's anchors: ``p_1 = 1``,
+``p_L = ρ``) or the minimum and maximum over layers (the reference code's). One knob ``ρ`` sets the
+cost; :func:`rho_for_macs` finds the ``ρ`` that meets a MAC budget.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from vitprune.adapters import get_adapter
+from vitprune.errors import VitpruneError
+from vitprune.measure import count_macs
+from vitprune.surgery import prune_tokens
+from vitprune.training.progress import track_batches
+
+ANCHORS = ("paper", "minmax")
+
+
+def average_cosine_similarity(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+                              max_images: int | None = 500, progress: bool = False) -> list[float]:
+    """Per block, the mean cosine similarity over all pairs of its output tokens ([CLS] included), averaged over images.
+
+    The paper's eq. 5 on the unpruned model, one image at a time: with unit tokens ``x̂_i`` the pair
+    sum is ``(‖Σ x̂_i‖² − T)/2``, so no ``T×T`` matrix is formed. ``max_images`` caps the images
+    (the paper uses 500).
+    """
+    blocks = list(get_adapter(model).model.blocks)
+    sums = torch.zeros(len(blocks), dtype=torch.float64)
+    seen = 0
+
+    def hook(index: int):
+        def record(_module, _args, output):
+            tokens = (output[0] if isinstance(output, tuple) else output).double()
+            unit = torch.nn.functional.normalize(tokens, dim=-1)
+            t = unit.shape[1]
+            pairs = (unit.sum(dim=1).square().sum(dim=-1) - t) / (t * (t - 1))
+            sums[index] += pairs.sum().cpu()
+        return record
+
+    handles = [b.register_forward_hook(hook(i)) for i, b in enumerate(blocks)]
+    device = next(model.parameters()).device
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            for images, _ in track_batches(loader, "average cosine similarity", enabled=progress):
+                take = len(images) if max_images is None else min(len(images), max_images - seen)
+                if take <= 0:
+                    break
+                model(images[:take].to(device))
+                seen += take
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    if seen == 0:
+        raise VitpruneError("average cosine similarity needs at least one image")
+    return (sums / seen).tolist()
+
+
+def keep_rates(acs: list[float], rho: float, *, anchor: str = "paper") -> list[float]:
+    """Per-layer keep rates ``p_l`` for ``ρ`` (``0 < ρ ≤ 1``), clipped to ``[ρ, 1]``."""
+    if not 0 < rho <= 1:
+        raise VitpruneError(f"rho must be in (0, 1], got {rho}")
+    if anchor not in ANCHORS:
+        raise VitpruneError(f"unknown anchor {anchor!r} (choose from: {', '.join(ANCHORS)})")
+    lo, hi = (acs[0], acs[-1]) if anchor == "paper" else (min(acs), max(acs))
+    if hi <= lo:
+        raise VitpruneError(f"the ACS anchors do not increase ({lo:.4f} -> {hi:.4f}): no schedule can be drawn; "
+                            "try --anchor minmax")
+    return [min(1.0, max(rho, 1 - (1 - rho) * (a - lo) / (hi - lo))) for a in acs]
+
+
+def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float) -> None:
+    """Make every block with a rate below 1 prune tokens at that rate (recipe edits); others are left alone."""
+    if len(rates) != len(get_adapter(model).blocks()):
+        raise VitpruneError(f"{len(rates)} keep rates for a model of {len(get_adapter(model).blocks())} blocks")
+    for block, rate in enumerate(rates):
+        if rate < 1:
+            prune_tokens(model, block, rate, alpha=alpha)
+
+
+def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anchor: str = "paper",
+                 tol: float = 1e-4) -> float:
+    """The largest ``ρ`` whose schedule costs at most ``target_macs`` (full convention, per image).
+
+    MACs are counted by :func:`vitprune.measure.count_macs` on a scratch copy with the schedule
+    applied, and do not decrease as ``ρ`` grows, so bisection finds it.
+    """
+    def macs(rho: float) -> int:
+        scratch = copy.deepcopy(model)
+        apply_keep_rates(scratch, keep_rates(acs, rho, anchor=anchor), alpha=1.0)
+        return count_macs(scratch).macs
+
+    low, high = tol, 1.0
+    if macs(low) > target_macs:
+        raise VitpruneError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: pruning all but one patch "
+                            f"token in every block still costs {macs(low) / 1e9:.3f} G")
+    if macs(high) <= target_macs:
+        return 1.0
+    while high - low > tol:
+        mid = (low + high) / 2
+        low, high = (mid, high) if macs(mid) <= target_macs else (low, mid)
+    return low
+

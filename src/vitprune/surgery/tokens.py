@@ -1,0 +1,52 @@
+"""Token pruning: blocks that drop low-scoring patch tokens between attention and MLP (STAR, EViT placement).
+
+A pruned block keeps the prefix tokens ([CLS], distillation, registers) and the top
+``ceil(keep_rate · n)`` of the ``n`` patch tokens entering it, ranked by the fusion of its own
+[CLS] attention and a per-position prior (:class:`vitprune.adapters.timm_blocks.TokenPruneBlock`).
+The prior is a buffer, so it travels in the weights file; the edit records the rate and ``alpha``.
+A keep rate of 1 keeps every token and changes nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vitprune.adapters import get_adapter
+from vitprune.adapters.timm_blocks import TokenPruneBlock
+from vitprune.errors import VitpruneError
+from vitprune.recipe.edits import register_edit
+
+
+@register_edit("prune_tokens")
+def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 1.0) -> None:
+    """Make block ``block`` keep ``ceil(keep_rate · n)`` of its ``n`` patch tokens before its MLP.
+
+    ``alpha`` weighs the block's online [CLS] attention against the per-position prior (1: attention
+    only, STAR's intra-layer score; 0: prior only). Applying it again to the same block changes the rate.
+    """
+    if not 0 < keep_rate <= 1:
+        raise ValueError(f"keep rate must be in (0, 1], got {keep_rate}")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    adapter = get_adapter(model)
+    if not 0 <= block < len(adapter.blocks()):
+        raise ValueError(f"block {block} is out of range: the model has {len(adapter.blocks())} blocks")
+    adapter.set_token_pruning(block, keep_rate, alpha)
+
+
+def token_pruning_blocks(model: nn.Module) -> dict[int, TokenPruneBlock]:
+    """The blocks that prune tokens, by index."""
+    return {i: b for i, b in enumerate(get_adapter(model).model.blocks) if isinstance(b, TokenPruneBlock)}
+
+
+def set_token_prior(model: nn.Module, block: int, prior: torch.Tensor) -> None:
+    """Install the per-position prior (one positive score per original patch position) of pruning block ``block``."""
+    blocks = token_pruning_blocks(model)
+    if block not in blocks:
+        raise VitpruneError(f"block {block} does not prune tokens; apply prune_tokens first")
+    buffer = blocks[block].inter
+    if prior.shape != buffer.shape:
+        raise VitpruneError(f"block {block}: a prior of shape {tuple(prior.shape)} for {buffer.numel()} patches")
+    with torch.no_grad():
+        buffer.copy_(prior.to(buffer))

@@ -1,0 +1,172 @@
+"""Token pruning blocks: keep-all is the identity, positions stay aligned, fusion is the KL minimiser, MACs are real."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import build
+from torch.utils.flop_counter import FlopCounterMode
+
+import vitprune
+from vitprune.adapters.timm_blocks import TokenPruneBlock, fused_log_scores
+from vitprune.errors import VitpruneError
+from vitprune.measure import count_macs
+from vitprune.surgery import prune_tokens, set_token_prior, token_pruning_blocks
+
+
+def _model(name="deit_tiny_patch16_224", kwargs=None):
+    kwargs = kwargs or {}
+    return vitprune.track(build(name, kwargs), name, **kwargs)
+
+
+def _images(model, n=2, seed=0):
+    return torch.randn(n, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(seed))
+
+
+def test_keep_rate_one_is_the_identity(small_model_spec):
+    model = _model(*small_model_spec)
+    x = _images(model)
+    with torch.no_grad():
+        dense = model(x)
+        for block in range(len(model.blocks)):
+            prune_tokens(model, block, 1.0, alpha=0.15)
+        torch.testing.assert_close(model(x), dense, rtol=1e-5, atol=1e-5)
+    assert set(token_pruning_blocks(model)) == set(range(len(model.blocks)))
+
+
+def _positions_seen(model, x):
+    """The original patch positions each pruning block hands on, captured from its output."""
+    seen = {}
+    hooks = [b.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out[1][0].tolist()))
+             for i, b in token_pruning_blocks(model).items()]
+    with torch.no_grad():
+        model.eval()(x)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def test_positions_follow_the_tokens_through_several_blocks():
+    """Prior-only scores with a different, non-monotone prior per block: every kept set is known in advance.
+
+    Pairing the prior with tokens by rank or by their current slot instead of their original
+    position (the reference code's misalignment) picks other tokens from the second block on.
+    """
+    model = _model()
+    patches = vitprune.get_adapter(model).num_patches
+    gen = torch.Generator().manual_seed(1)
+    rates = {2: 0.5, 5: 0.6, 9: 0.3}
+    priors = {b: torch.rand(patches, generator=gen) + 0.01 for b in rates}
+    for block, rate in rates.items():
+        prune_tokens(model, block, rate, alpha=0.0)
+        set_token_prior(model, block, priors[block])
+    expected, alive = {}, list(range(patches))
+    for block, rate in rates.items():
+        keep = math.ceil(rate * len(alive))
+        alive = sorted(sorted(alive, key=lambda p: -priors[block][p].item())[:keep])
+        expected[block] = alive
+    assert _positions_seen(model, _images(model, n=1)) == expected
+
+
+def test_pruned_forward_equals_running_the_kept_tokens_by_hand():
+    model = _model("deit_small_distilled_patch16_224")
+    dense = _model("deit_small_distilled_patch16_224")
+    patches, prefix = vitprune.get_adapter(model).num_patches, model.num_prefix_tokens
+    prior = torch.linspace(1.0, 2.0, patches).roll(50)
+    prune_tokens(model, 4, 0.4, alpha=0.0)
+    set_token_prior(model, 4, prior)
+    kept = sorted(prior.topk(math.ceil(0.4 * patches)).indices.tolist())
+    x = _images(model, n=2)
+    with torch.no_grad():
+        tokens = dense._pos_embed(dense.patch_embed(x))
+        for i, block in enumerate(dense.blocks):
+            if i == 4:
+                tokens = tokens + block.drop_path1(block.ls1(block.attn(block.norm1(tokens))))
+                tokens = torch.cat([tokens[:, :prefix], tokens[:, prefix:][:, kept]], dim=1)
+                tokens = tokens + block.drop_path2(block.ls2(block.mlp(block.norm2(tokens))))
+            else:
+                tokens = block(tokens)
+        reference = dense.forward_head(dense.norm(tokens))
+        torch.testing.assert_close(model.eval()(x), reference, rtol=1e-5, atol=1e-5)
+
+
+def test_fusion_is_the_weighted_kl_minimiser():
+    gen = torch.Generator().manual_seed(0)
+    p1, p2 = (torch.rand(20, generator=gen, dtype=torch.float64).softmax(0) for _ in range(2))
+    alpha = 0.3
+    closed = fused_log_scores(p1, p2, alpha).softmax(0)
+
+    def objective(p):
+        return alpha * (p * (p / p1).log()).sum() + (1 - alpha) * (p * (p / p2).log()).sum()
+
+    logits = torch.zeros(20, dtype=torch.float64, requires_grad=True)
+    optimiser = torch.optim.LBFGS([logits], max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16)
+
+    def step():
+        optimiser.zero_grad()
+        loss = objective(logits.softmax(0))
+        loss.backward()
+        return loss
+
+    optimiser.step(step)
+    torch.testing.assert_close(logits.detach().softmax(0), closed, rtol=1e-6, atol=1e-9)
+    assert objective(closed) <= objective(logits.detach().softmax(0)) + 1e-12
+    # The endpoints are the single scores; an exact zero is floored, not a veto.
+    assert torch.equal(fused_log_scores(p1, p2, 1.0).argsort(), p1.argsort())
+    assert torch.equal(fused_log_scores(p1, p2, 0.0).argsort(), p2.argsort())
+    assert torch.isfinite(fused_log_scores(torch.zeros(3), torch.ones(3), 0.5)).all()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_macs_of_a_token_pruned_model_equal_flop_counter(fused):
+    model = _model("deit_small_patch16_224")
+    for block, rate in {1: 0.9, 3: 0.7, 6: 0.5, 10: 1.0}.items():
+        prune_tokens(model, block, rate, alpha=0.5)
+    for m in model.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = fused
+    report = count_macs(model)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(_images(model, n=1))
+    assert 2 * report.macs == counter.get_total_flops()
+    tokens = [b.tokens for b in report.blocks]
+    assert tokens[:3] == [197, 197, 1 + 177] and tokens[4] == 1 + 124 and tokens[7] == 1 + 62
+    assert count_macs(model, convention="linear").macs < count_macs(_model("deit_small_patch16_224"),
+                                                                     convention="linear").macs
+
+
+def test_save_load_keeps_rates_and_priors(tmp_path):
+    model = _model()
+    prune_tokens(model, 3, 0.5, alpha=0.25)
+    set_token_prior(model, 3, torch.arange(1.0, 197.0))
+    x = _images(model)
+    with torch.no_grad():
+        out = model.eval()(x)
+    vitprune.save(model, tmp_path / "m")
+    loaded = vitprune.load(tmp_path / "m")
+    block = token_pruning_blocks(loaded)[3]
+    assert isinstance(block, TokenPruneBlock) and (block.keep_rate, block.alpha) == (0.5, 0.25)
+    assert torch.equal(block.inter, torch.arange(1.0, 197.0))
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)
+    assert [e.op for e in vitprune.get_recipe(loaded).edits] == ["prune_tokens"]
+
+
+def test_token_pruning_mistakes():
+    model = _model()
+    with pytest.raises(ValueError, match=r"keep rate must be in \(0, 1\]"):
+        prune_tokens(model, 0, 0.0)
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\]"):
+        prune_tokens(model, 0, 0.5, alpha=2.0)
+    with pytest.raises(ValueError, match="block 12 is out of range"):
+        prune_tokens(model, 12, 0.5)
+    with pytest.raises(VitpruneError, match="block 2 does not prune tokens"):
+        set_token_prior(model, 2, torch.ones(196))
+    prune_tokens(model, 2, 0.5)
+    with pytest.raises(VitpruneError, match=r"prior of shape \(10,\) for 196 patches"):
+        set_token_prior(model, 2, torch.ones(10))
+    gap = _model("vit_small_patch16_224", {"class_token": False, "global_pool": "avg"})
+    with pytest.raises(ValueError, match="this model has none"):
+        prune_tokens(gap, 0, 0.5)
