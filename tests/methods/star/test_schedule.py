@@ -94,3 +94,20 @@ def test_hand_set_schedules_match_table2_within_2_percent(blocks, rate, printed)
     for power, block in enumerate(blocks, start=1):
         prune_tokens(model, block - 1, rate**power)
     assert abs(count_macs(model).macs / 1e9 - printed) / printed < 0.02
+
+
+def test_apply_keep_rates_installs_the_prior_in_pruning_blocks_only():
+    from vitprune.surgery import token_pruning_blocks
+
+    model = _model()
+    prior = torch.rand(12, 196, generator=torch.Generator().manual_seed(0))
+    rates = [1.0, 1.0, 0.9] + [0.7] * 9
+    apply_keep_rates(model, rates, alpha=0.15, prior=prior)
+    blocks = token_pruning_blocks(model)
+    assert sorted(blocks) == list(range(2, 12))
+    assert all(torch.equal(b.inter, prior[i]) and b.alpha == 0.15 and b.keep_rate == rates[i]
+               for i, b in blocks.items())
+    with pytest.raises(VitpruneError, match="11 keep rates for a model of 12 blocks"):
+        apply_keep_rates(_model(), rates[:11], alpha=0.15)
+    with pytest.raises(VitpruneError, match="inter-layer table of 3 rows"):
+        apply_keep_rates(_model(), rates, alpha=0.15, prior=prior[:3])

@@ -17,7 +17,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs
-from vitprune.surgery import prune_tokens
+from vitprune.surgery import prune_tokens, set_token_prior
 from vitprune.training.progress import track_batches
 
 ANCHORS = ("paper", "minmax")
@@ -78,13 +78,22 @@ def keep_rates(acs: list[float], rho: float, *, anchor: str = "paper") -> list[f
     return [min(1.0, max(rho, 1 - (1 - rho) * (a - lo) / (hi - lo))) for a in acs]
 
 
-def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float) -> None:
-    """Make every block with a rate below 1 prune tokens at that rate (recipe edits); others are left alone."""
-    if len(rates) != len(get_adapter(model).blocks()):
-        raise VitpruneError(f"{len(rates)} keep rates for a model of {len(get_adapter(model).blocks())} blocks")
+def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float,
+                     prior: torch.Tensor | None = None) -> None:
+    """Make every block with a rate below 1 prune tokens at that rate (recipe edits); others are left alone.
+
+    ``prior`` ``(L, patches)`` (STAR's inter-layer scores) is installed in each pruning block.
+    """
+    blocks = len(get_adapter(model).blocks())
+    if len(rates) != blocks:
+        raise VitpruneError(f"{len(rates)} keep rates for a model of {blocks} blocks")
+    if prior is not None and prior.shape[0] != blocks:
+        raise VitpruneError(f"an inter-layer table of {prior.shape[0]} rows for a model of {blocks} blocks")
     for block, rate in enumerate(rates):
         if rate < 1:
             prune_tokens(model, block, rate, alpha=alpha)
+            if prior is not None:
+                set_token_prior(model, block, prior[block])
 
 
 def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anchor: str = "paper",

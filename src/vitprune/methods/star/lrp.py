@@ -1,0 +1,215 @@
+"""STAR's inter-layer patch importance: Chefer et al.'s LRP "transformer attribution" rolled out from every layer.
+
+For image ``x`` and class ``c``, block ``l`` contributes ``Ā_l = I + mean_h((∇A_l ⊙ R_l)^+)``, with
+``∇A_l`` the gradient of logit ``c`` with respect to the block's attention map and ``R_l`` the LRP
+relevance of that map. The importance of patch ``j`` to go from block ``l`` is row [CLS], column
+``j`` of ``Ā_L ··· Ā_l``. One forward, one backward and one relevance pass per (batch, class rank)
+give every ``Ā_l``; all ``L`` suffix products then come from them (the reference code reruns
+everything once per start layer). Each map is min-max normalised and smoothed on the patch grid
+(what the reference code's bilinear up- and down-sampling amounts to), then averaged over
+images and each image's top-γ predicted classes.
+
+Relevance rules (Chefer's, with LRP-αβ at α=1, β=0 for every Linear): LayerNorm, GELU, softmax,
+dropout and LayerScale pass relevance through; a product of two tensors (``q·kᵀ``, ``A·v``)
+splits it by the z-rule and halves each share; a residual sum splits it by the z-rule, rescaled
+so that it is conserved; a fork sums its branches; [CLS] pooling sends it to the [CLS] token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import Block
+from torch import nn
+
+from vitprune.adapters import get_adapter
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.training.progress import track_batches
+
+_EPS = 1e-9
+
+
+def _safe_divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # Chefer's safe divide: zero where the denominator vanishes, and the denominator nudged away from 0.
+    return a / (b + _EPS * torch.where(b >= 0, 1.0, -1.0)) * (b != 0)
+
+
+def _z_rule(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], relevance: torch.Tensor) -> list[torch.Tensor]:
+    """``x ⊙ ∂Z/∂x · R/Z`` for every input ``x`` of ``Z = fn(*inputs)``."""
+    inputs = [x.detach().requires_grad_(True) for x in inputs]
+    with torch.enable_grad():
+        z = fn(*inputs)
+        grads = torch.autograd.grad(z, inputs, _safe_divide(relevance.detach(), z.detach()))
+    return [x.detach() * g for x, g in zip(inputs, grads, strict=True)]
+
+
+def linear_relevance(linear: nn.Linear, x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
+    """LRP-αβ (α=1, β=0) through ``linear``: relevance goes to positive contributions only, conserved in total."""
+    w = linear.weight.detach()
+    pw, nw, px, nx = w.clamp(min=0), w.clamp(max=0), x.clamp(min=0), x.clamp(max=0)
+
+    def share(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        total = F.linear(px, w1) + F.linear(nx, w2)
+        s = _safe_divide(relevance, total)
+        return px * (s @ w1) + nx * (s @ w2)
+
+    return share(pw, nw)
+
+
+def _add_relevance(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """z-rule over ``a + b``, each share rescaled so that |shares| split ``relevance``'s total (Chefer's Add)."""
+    ra, rb = _z_rule(torch.add, [a, b], relevance)
+    dims = tuple(range(1, relevance.ndim))
+    sa, sb, total = (t.sum(dim=dims, keepdim=True) for t in (ra, rb, relevance))
+    fa = _safe_divide(sa.abs(), sa.abs() + sb.abs()) * total
+    fb = _safe_divide(sb.abs(), sa.abs() + sb.abs()) * total
+    return ra * _safe_divide(fa, sa), rb * _safe_divide(fb, sb)
+
+
+@dataclass
+class _BlockTrace:
+    x: torch.Tensor
+    h1: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    attn: torch.Tensor
+    heads: torch.Tensor
+    x_mid: torch.Tensor
+    branch1: torch.Tensor
+    h2: torch.Tensor
+    hidden: torch.Tensor
+    branch2: torch.Tensor
+
+
+def _check(model: nn.Module) -> None:
+    adapter = get_adapter(model)
+    for view in adapter.blocks():
+        if type(view.module) is not Block or view.attn is None or view.attn.gate is not None:
+            raise UnsupportedArchitectureError(f"LRP importance needs timm's plain Block; {view.name} is "
+                                               f"{type(view.module).__name__}")
+        if view.mlp.merged or view.mlp.gate is not None:
+            raise UnsupportedArchitectureError(f"LRP importance needs {view.name}.mlp with fc1 and fc2")
+    if getattr(model, "cls_token", None) is None or getattr(model, "global_pool", "token") != "token" \
+            or getattr(model, "head_dist", None) is not None:
+        raise UnsupportedArchitectureError("LRP importance follows a single [CLS] token to a single head")
+
+
+def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[_BlockTrace], torch.Tensor]:
+    """timm's forward, unfused, keeping what relevance propagation needs: ``(logits, traces, pooled)``.
+
+    The attention maps ``traces[l].attn`` are part of the autograd graph, so the gradient of any
+    logit with respect to them can be taken.
+    """
+    x = model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
+    traces = []
+    for block in model.blocks:
+        attn = block.attn
+        h1 = block.norm1(x)
+        b, n, _ = h1.shape
+        q, k, v = attn.qkv(h1).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = attn.q_norm(q), attn.k_norm(k)
+        a = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        heads = (a @ v).transpose(1, 2).reshape(b, n, attn.attn_dim)
+        branch1 = block.ls1(attn.proj(heads))
+        x_mid = x + branch1
+        h2 = block.norm2(x_mid)
+        hidden = block.mlp.act(block.mlp.fc1(h2))
+        branch2 = block.ls2(block.mlp.fc2(hidden))
+        traces.append(_BlockTrace(x, h1, q, k, v, a, heads, x_mid, branch1, h2, hidden, branch2))
+        x = x_mid + branch2
+    pooled = model.fc_norm(model.norm(x)[:, 0])
+    return model.head(model.head_drop(pooled)), traces, pooled
+
+
+def attention_relevance(model: nn.Module, traces: list[_BlockTrace], pooled: torch.Tensor,
+                        relevance: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Propagate ``relevance`` ``(B, classes)`` from the logits down; the relevance of every attention map
+    ``(B, H, N, N)`` and of the tokens entering the first block ``(B, N, D)``."""
+    r_pooled = linear_relevance(model.head, pooled.detach(), relevance)
+    r = torch.zeros_like(traces[-1].x)
+    r[:, 0] = r_pooled
+    maps = []
+    for block, t in zip(reversed(model.blocks), reversed(traces), strict=True):
+        attn = block.attn
+        r_mid, r_branch2 = _add_relevance(t.x_mid.detach(), t.branch2.detach(), r)
+        r_hidden = linear_relevance(block.mlp.fc2, t.hidden.detach(), r_branch2)
+        r_mid = r_mid + linear_relevance(block.mlp.fc1, t.h2.detach(), r_hidden)
+        r_x, r_branch1 = _add_relevance(t.x.detach(), t.branch1.detach(), r_mid)
+        b, n, _ = t.heads.shape
+        r_heads = linear_relevance(attn.proj, t.heads.detach(), r_branch1)
+        r_heads = r_heads.reshape(b, n, attn.num_heads, attn.head_dim).transpose(1, 2)
+        r_attn, r_v = (part / 2 for part in _z_rule(torch.matmul, [t.attn.detach(), t.v.detach()], r_heads))
+        maps.append(r_attn)
+        r_q, r_k = (part / 2 for part in _z_rule(lambda q, k: q @ k.transpose(-2, -1),
+                                                  [t.q.detach(), t.k.detach()], r_attn))
+        r_qkv = torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(b, n, -1)
+        r = r_x + linear_relevance(attn.qkv, t.h1.detach(), r_qkv)
+    return maps[::-1], r
+
+
+def rollouts(layer_maps: list[torch.Tensor], num_prefix_tokens: int) -> torch.Tensor:
+    """Row [CLS], patch columns of ``Ā_L ··· Ā_l`` for every start layer ``l``: ``(B, L, patches)``.
+
+    ``layer_maps[l]`` is ``Ā_l`` ``(B, N, N)``; the suffix products share their factors.
+    """
+    joint, rows = None, []
+    for a in reversed(layer_maps):
+        joint = a if joint is None else joint @ a
+        rows.append(joint[:, 0, num_prefix_tokens:])
+    return torch.stack(rows[::-1], dim=1)
+
+
+def smooth_on_grid(maps: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """Min-max normalise each map and smooth it by [1/8, 3/4, 1/8] along both grid axes (edges replicated).
+
+    This is exactly what the reference code's bilinear upsampling by the patch size, followed by
+    averaging each patch's pixels, does to a per-patch map.
+    """
+    flat = maps.reshape(-1, maps.shape[-1])
+    low, high = flat.min(dim=1, keepdim=True).values, flat.max(dim=1, keepdim=True).values
+    flat = _safe_divide(flat - low, high - low)
+    image = flat.reshape(-1, 1, *grid)
+    kernel = torch.tensor([0.125, 0.75, 0.125], dtype=image.dtype, device=image.device)
+    image = F.conv2d(F.pad(image, (1, 1, 0, 0), mode="replicate"), kernel.view(1, 1, 1, 3))
+    image = F.conv2d(F.pad(image, (0, 0, 1, 1), mode="replicate"), kernel.view(1, 1, 3, 1))
+    return image.reshape(maps.shape)
+
+
+def inter_layer_scores(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, classes: int = 6,
+                       max_images: int | None = None, progress: bool = False) -> torch.Tensor:
+    """STAR's static prior ``S_inter`` ``(L, patches)``: per block, the mean LRP importance to go of every patch
+    position over images and each image's ``classes`` top predicted classes (float64, on the CPU)."""
+    _check(model)
+    adapter = get_adapter(model)
+    prefix, grid = adapter.num_prefix_tokens, adapter.grid_size
+    device = next(model.parameters()).device
+    total, seen = None, 0
+    was_training = model.training
+    try:
+        model.eval()
+        for images, _ in track_batches(loader, "LRP importance", enabled=progress):
+            take = len(images) if max_images is None else min(len(images), max_images - seen)
+            if take <= 0:
+                break
+            with torch.enable_grad():
+                logits, traces, pooled = traced_forward(model, images[:take].to(device))
+                top = logits.topk(min(classes, logits.shape[1]), dim=1).indices
+                for rank in range(top.shape[1]):
+                    one_hot = F.one_hot(top[:, rank], logits.shape[1]).to(logits.dtype)
+                    grads = torch.autograd.grad((logits * one_hot).sum(), [t.attn for t in traces],
+                                                retain_graph=rank + 1 < top.shape[1])
+                    maps, _ = attention_relevance(model, traces, pooled, one_hot)
+                    eye = torch.eye(maps[0].shape[-1], device=device, dtype=maps[0].dtype)
+                    layer_maps = [eye + (g * m).clamp(min=0).mean(dim=1) for g, m in zip(grads, maps, strict=True)]
+                    smoothed = smooth_on_grid(rollouts(layer_maps, prefix).detach().double(), grid).sum(dim=0)
+                    total = smoothed if total is None else total + smoothed
+            seen += take
+    finally:
+        model.train(was_training)
+    if total is None:
+        raise VitpruneError("inter-layer importance needs at least one image")
+    return (total / (seen * top.shape[1])).cpu()
