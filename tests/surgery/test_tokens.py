@@ -170,3 +170,82 @@ def test_token_pruning_mistakes():
     gap = _model("vit_small_patch16_224", {"class_token": False, "global_pool": "avg"})
     with pytest.raises(ValueError, match="this model has none"):
         prune_tokens(gap, 0, 0.5)
+
+
+def _counts_seen(model, x):
+    """Real patch tokens each pruning block hands on, per image."""
+    seen = {}
+
+    def record(i):
+        def hook(_m, _a, out):
+            _, positions, valid = out
+            seen[i] = (valid.sum(1) if valid is not None else torch.full((positions.shape[0],), positions.shape[1]))
+        return hook
+
+    hooks = [b.register_forward_hook(record(i)) for i, b in token_pruning_blocks(model).items()]
+    with torch.no_grad():
+        out = model.eval()(x)
+    for h in hooks:
+        h.remove()
+    return seen, out
+
+
+def test_adaptive_count_is_the_inclusive_weighted_percentile():
+    block = token_pruning_blocks(_pruned(adaptive=True))[3]
+    scores = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log()
+    valid = torch.ones(2, 4, dtype=torch.bool)
+    block.keep_rate = 0.8
+    assert block.adaptive_counts(scores, valid).tolist() == [2, 2]
+    block.keep_rate = 0.81
+    assert block.adaptive_counts(scores, valid).tolist() == [3, 3]
+    valid[1, 3] = False  # padding carries no mass: 0.05, 0.15, 0.3 renormalised
+    assert block.adaptive_counts(scores, valid).tolist() == [3, 2]
+    gen = torch.Generator().manual_seed(0)
+    for rate in (0.3, 0.55, 0.9, 1.0):
+        block.keep_rate = rate
+        random = torch.randn(50, 40, generator=gen)
+        counts = block.adaptive_counts(random, torch.ones(50, 40, dtype=torch.bool))
+        assert (counts <= block.keep_count(40)).all() and (counts >= 1).all()  # never more than STAR
+
+
+def _pruned(adaptive, name="deit_tiny_patch16_224"):
+    model = _model(name)
+    for block, rate in {3: 0.8, 6: 0.7, 9: 0.6}.items():
+        prune_tokens(model, block, rate, alpha=0.5, adaptive=adaptive)
+        set_token_prior(model, block, torch.linspace(0.5, 1.5, 196).roll(block * 7))
+    return model
+
+
+def test_a_star_keeps_no_more_tokens_than_star_in_any_block():
+    x = _images(_model(), n=3, seed=4)
+    adaptive, _ = _counts_seen(_pruned(True), x)
+    static, _ = _counts_seen(_pruned(False), x)
+    for block in adaptive:
+        assert (adaptive[block] <= static[block]).all(), block
+    assert (adaptive[9] < static[9]).any()  # and it does prune more somewhere
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_batch_with_padding_gives_each_image_its_own_output(fused):
+    model = _pruned(True, "deit_small_distilled_patch16_224")
+    for m in model.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = fused
+    x = _images(model, n=3, seed=4)
+    counts, batched = _counts_seen(model, x)
+    assert len(set(counts[9].tolist())) > 1  # the images really kept different numbers of tokens
+    with torch.no_grad():
+        alone = torch.cat([model(x[i:i + 1]) for i in range(3)])
+    torch.testing.assert_close(batched, alone, rtol=1e-4, atol=1e-4)
+
+
+def test_adaptive_setting_saves_and_loads(tmp_path):
+    model = _pruned(True)
+    x = _images(model, n=2)
+    with torch.no_grad():
+        out = model.eval()(x)
+    vitprune.save(model, tmp_path / "m")
+    loaded = vitprune.load(tmp_path / "m")
+    assert all(b.adaptive for b in token_pruning_blocks(loaded).values())
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)

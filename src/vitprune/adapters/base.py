@@ -192,11 +192,12 @@ class ViTAdapter(ABC):
         """Install ``act`` as the MLP activation of block ``index`` (for instance a gate around the original)."""
 
     @abstractmethod
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float) -> None:
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         """Make block ``index`` keep its prefix tokens and ``ceil(keep_rate · patches)`` patch tokens before its MLP.
 
         Patches are ranked by ``alpha·log(intra) + (1−alpha)·log(prior)`` (intra: the head-averaged
-        [CLS] attention; prior: a per-position table, ones until a method sets it).
+        [CLS] attention; prior: a per-position table, ones until a method sets it). ``adaptive``
+        keeps, per image, the fewest top patches holding ``keep_rate`` of the normalised score.
         """
 
     @property

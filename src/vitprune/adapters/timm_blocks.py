@@ -38,20 +38,30 @@ class DepthBlock(nn.Module):
         return self.act(x)
 
 
-def attention_with_cls_row(attn: Attention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_with_cls_row(attn: Attention, x: torch.Tensor,
+                           key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """timm ``Attention``'s output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.
 
     The output takes timm's own path (fused scaled-dot-product attention when enabled); the [CLS]
     row costs one query against the keys, so the full ``N x N`` map is never materialised.
+    ``key_mask`` ``(B, N)`` marks the tokens that may be attended to (padding is ``False``).
     """
     b, n, _ = x.shape
     q, k, v = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
     q, k = attn.q_norm(q), attn.k_norm(k)
-    cls_row = ((q[:, :, :1] * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)[:, :, 0]
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    logits = (q[:, :, :1] * attn.scale) @ k.transpose(-2, -1)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    cls_row = logits.softmax(dim=-1)[:, :, 0]
     if attn.fused_attn:
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=attn.attn_drop.p if attn.training else 0.0)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             dropout_p=attn.attn_drop.p if attn.training else 0.0)
     else:
-        out = attn.attn_drop(((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)) @ v
+        scores = (q * attn.scale) @ k.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = attn.attn_drop(scores.softmax(dim=-1)) @ v
     out = attn.norm(out.transpose(1, 2).reshape(b, n, attn.attn_dim))
     return attn.proj_drop(attn.proj(out)), cls_row
 
@@ -62,22 +72,29 @@ class TokenPruneBlock(nn.Module):
     After ``x + attention`` the patch tokens are scored by the fusion of the head-averaged [CLS]
     attention (``intra``, online) and the per-position prior ``inter`` (a buffer indexed by each
     token's *original* patch position; ones = no prior): ``alpha·log(intra) + (1−alpha)·log(inter)``,
-    whose top-k equals the top-k of STAR's ``intra^alpha · inter^(1−alpha)``. It keeps
-    ``ceil(keep_rate · patches)`` of them, in their original order, so the MLP and every later block
-    see fewer tokens. Submodule names are ``Block``'s, so state-dict keys do not change.
+    whose top-k equals the top-k of STAR's ``intra^alpha · inter^(1−alpha)``. Submodule names are
+    ``Block``'s, so state-dict keys do not change.
+
+    Static (STAR): every image keeps ``ceil(keep_rate · n)`` of its ``n`` patch tokens, a count
+    fixed by the input size, so the model exports and compiles. Adaptive (a-STAR): each image
+    keeps the fewest top tokens whose share of the normalised fused score reaches ``keep_rate``,
+    never more than STAR would. A batch then holds as many slots as its largest count; the
+    other images' extra slots are padding that no token attends to (``valid`` is ``False``), so
+    each image's output equals its output in a batch of one. Kept tokens stay in original order.
     """
 
     def __init__(self, block: Block, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0,
-                 alpha: float = 1.0) -> None:
+                 alpha: float = 1.0, adaptive: bool = False) -> None:
         super().__init__()
         self.norm1, self.attn, self.ls1, self.drop_path1 = block.norm1, block.attn, block.ls1, block.drop_path1
         self.norm2, self.mlp, self.ls2, self.drop_path2 = block.norm2, block.mlp, block.ls2, block.drop_path2
         self.num_prefix_tokens, self.keep_rate, self.alpha = num_prefix_tokens, keep_rate, alpha
+        self.adaptive = adaptive
         self.register_buffer("inter", torch.ones(num_patches))
         self.train(block.training)
 
     def keep_count(self, patches: int) -> int:
-        """Patch tokens kept out of ``patches`` entering: ``ceil(keep_rate · patches)``, at least 1."""
+        """Patch tokens STAR keeps out of ``patches`` entering: ``ceil(keep_rate · patches)``, at least 1."""
         # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.
         return max(1, math.ceil(round(self.keep_rate * patches, 9)))
 
@@ -86,20 +103,60 @@ class TokenPruneBlock(nn.Module):
         intra = cls_row[:, :, self.num_prefix_tokens:].mean(dim=1).detach()
         return fused_log_scores(intra, self.inter[positions], self.alpha)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tokens, positions)`` after the block; ``positions`` are the patch tokens' original indices ``(B, n)``."""
-        out, cls_row = attention_with_cls_row(self.attn, self.norm1(x))
-        x = x + self.drop_path1(self.ls1(out))
+    def adaptive_counts(self, scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """a-STAR's count per image: the fewest top tokens whose normalised fused score sums to ``keep_rate``."""
+        mass = scores.masked_fill(~valid, float("-inf")).softmax(dim=1).sort(dim=1, descending=True).values
+        reached = mass.cumsum(dim=1) >= self.keep_rate - 1e-6
+        # The first index where the cumulative mass reaches the rate, counted inclusively (the paper's r_l).
+        counts = torch.where(reached.any(dim=1), reached.float().argmax(dim=1) + 1, valid.sum(dim=1))
+        return counts.clamp(min=1)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
+                valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(tokens, positions, valid)`` after the block.
+
+        ``positions`` ``(B, n)`` are the patch tokens' original indices; ``valid`` ``(B, n)`` marks
+        the real ones where an adaptive block left padding (``None``: all real).
+        """
         prefix, patches = self.num_prefix_tokens, x.shape[1] - self.num_prefix_tokens
+        key_mask = None if valid is None else torch.cat([valid.new_ones(x.shape[0], prefix), valid], dim=1)
+        out, cls_row = attention_with_cls_row(self.attn, self.norm1(x), key_mask)
+        x = x + self.drop_path1(self.ls1(out))
         if positions is None:
             positions = torch.arange(patches, device=x.device).expand(x.shape[0], patches)
-        keep = self.keep_count(patches)
-        if keep < patches:
-            chosen = self.scores(cls_row, positions).topk(keep, dim=1).indices.sort(dim=1).values
-            kept = x[:, prefix:].gather(1, chosen[..., None].expand(-1, -1, x.shape[2]))
-            x, positions = torch.cat([x[:, :prefix], kept], dim=1), positions.gather(1, chosen)
+        if not self.adaptive and valid is None:
+            keep = self.keep_count(patches)
+            if keep < patches:
+                chosen = self.scores(cls_row, positions).topk(keep, dim=1).indices.sort(dim=1).values
+                x, positions = _keep(x, positions, chosen, prefix)
+        else:
+            x, positions, valid = self._keep_ragged(x, positions, valid, self.scores(cls_row, positions))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-        return x, positions
+        return x, positions, valid
+
+    def _keep_ragged(self, x: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor | None,
+                     scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        valid = torch.ones_like(positions, dtype=torch.bool) if valid is None else valid
+        real = valid.sum(dim=1)
+        if self.adaptive:
+            counts = self.adaptive_counts(scores, valid)
+        else:
+            counts = torch.ceil(torch.round(self.keep_rate * real.double(), decimals=9)).long().clamp(min=1)
+        slots = int(counts.max())
+        ranked = scores.masked_fill(~valid, float("-inf")).topk(slots, dim=1).indices
+        kept = torch.arange(slots, device=x.device) < counts[:, None]
+        # Kept tokens first in original order, then the padding slots.
+        order = torch.where(kept, ranked, ranked + positions.shape[1]).sort(dim=1).indices
+        chosen, kept = ranked.gather(1, order), kept.gather(1, order)
+        x, positions = _keep(x, positions, chosen, self.num_prefix_tokens)
+        return x, positions, kept
+
+
+def _keep(x: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
+          prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prefix tokens and the patch tokens at slots ``chosen`` ``(B, k)``, with their original positions."""
+    kept = x[:, prefix:].gather(1, chosen[..., None].expand(-1, -1, x.shape[2]))
+    return torch.cat([x[:, :prefix], kept], dim=1), positions.gather(1, chosen)
 
 
 def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor, alpha: float, eps: float = 1e-12) -> torch.Tensor:
@@ -115,13 +172,17 @@ def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor, alpha: float, eps
 
 
 class TokenBlocks(nn.Sequential):
-    """The block sequence of a token-pruned ViT: hands each patch token's original position from block to block."""
+    """The block sequence of a token-pruned ViT: hands each patch token's original position (and, after an
+    adaptive block, which slots are real) from block to block."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        positions = None
+        positions = valid = None
         for block in self:
             if isinstance(block, TokenPruneBlock):
-                x, positions = block(x, positions)
-            else:
+                x, positions, valid = block(x, positions, valid)
+            elif valid is None:
                 x = block(x)
+            else:
+                prefix = x.new_ones(x.shape[0], x.shape[1] - valid.shape[1], dtype=torch.bool)
+                x = block(x, attn_mask=torch.cat([prefix, valid], dim=1)[:, None, None, :])
         return x

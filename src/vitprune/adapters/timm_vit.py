@@ -192,10 +192,10 @@ class TimmViTAdapter(ViTAdapter):
             raise ValueError(f"blocks.{index}.mlp is merged and has no activation")
         mlp.act = act
 
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float) -> None:
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         block = self.model.blocks[index]
         if isinstance(block, TokenPruneBlock):
-            block.keep_rate, block.alpha = keep_rate, alpha
+            block.keep_rate, block.alpha, block.adaptive = keep_rate, alpha, adaptive
             return
         if type(block) is not Block or isinstance(block.attn, GatedLayer):
             raise ValueError(f"blocks.{index}: token pruning needs timm's Block with its own, ungated attention")
@@ -204,4 +204,5 @@ class TimmViTAdapter(ViTAdapter):
         if not isinstance(self.model.blocks, TokenBlocks):
             self.model.blocks = TokenBlocks(*self.model.blocks)
         self.model.blocks[index] = TokenPruneBlock(block, num_prefix_tokens=self.num_prefix_tokens,
-                                                   num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha)
+                                                   num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha,
+                                                   adaptive=adaptive)

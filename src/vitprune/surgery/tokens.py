@@ -4,7 +4,7 @@ A pruned block keeps the prefix tokens ([CLS], distillation, registers) and the 
 ``ceil(keep_rate · n)`` of the ``n`` patch tokens entering it, ranked by the fusion of its own
 [CLS] attention and a per-position prior (:class:`vitprune.adapters.timm_blocks.TokenPruneBlock`).
 The prior is a buffer, so it travels in the weights file; the edit records the rate and ``alpha``.
-A keep rate of 1 keeps every token and changes nothing.
+A keep rate of 1 keeps every token and changes nothing (static mode).
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from vitprune.recipe.edits import register_edit
 
 
 @register_edit("prune_tokens")
-def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 1.0) -> None:
+def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 1.0, adaptive: bool = False) -> None:
     """Make block ``block`` keep ``ceil(keep_rate · n)`` of its ``n`` patch tokens before its MLP.
 
     ``alpha`` weighs the block's online [CLS] attention against the per-position prior (1: attention
-    only, STAR's intra-layer score; 0: prior only). Applying it again to the same block changes the rate.
+    only, STAR's intra-layer score; 0: prior only). ``adaptive`` (a-STAR) keeps, per image, the
+    fewest top tokens whose normalised score reaches ``keep_rate`` instead (never more). Applying
+    it again to the same block changes the settings.
     """
     if not 0 < keep_rate <= 1:
         raise ValueError(f"keep rate must be in (0, 1], got {keep_rate}")
@@ -32,7 +34,7 @@ def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 
     adapter = get_adapter(model)
     if not 0 <= block < len(adapter.blocks()):
         raise ValueError(f"block {block} is out of range: the model has {len(adapter.blocks())} blocks")
-    adapter.set_token_pruning(block, keep_rate, alpha)
+    adapter.set_token_pruning(block, keep_rate, alpha, adaptive)
 
 
 def token_pruning_blocks(model: nn.Module) -> dict[int, TokenPruneBlock]:
