@@ -166,3 +166,33 @@ def test_prune_vbp_refuses_a_used_run_directory(capsys, tmp_path):
     code, _, err = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio", "0.5",
                        "--out", str(tmp_path / "x"))
     assert_one_line_error(code, err, "is not empty; pass --resume")
+
+
+def test_prune_star_runs_and_reports(capsys, tmp_path, monkeypatch):
+    from vitprune.cli.app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    out = tmp_path / "run"
+    code, stdout, _ = run(capsys, "prune", "star", "digits-vit", "--no-pretrained", "--data", "digits", "--rho", "0.6",
+                          "--acs-images", "16", "--lrp-images", "4", "--classes", "2", "--speed-batch", "4",
+                          "--anchor", "minmax", "--out", str(out))
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "STAR on digits-vit (starting checkpoint: digits-vit): rho 0.6000, alpha 0.15" in stdout
+    assert "keep rate per pruning block" in stdout and "right after pruning" in stdout
+    assert "MACs (full)" in stdout and "alternating pairs" in stdout
+    loaded = vitprune.load(out / "model")
+    assert count_macs(loaded).macs == report["pruned"]["macs_full"] < report["dense"]["macs_full"]
+    assert {e.op for e in vitprune.get_recipe(loaded).edits} == {"prune_tokens"}
+
+
+@pytest.mark.parametrize("args, pattern", [
+    ([], "give exactly one of rho"),
+    (["--rho", "0.7", "--macs", "0.1"], "give exactly one of rho"),
+    (["--rho", "0"], r"rho must be in \(0, 1\]"),
+    (["--macs", "0.00001", "--acs-images", "4", "--alpha", "1"], "no keep-rate schedule reaches"),
+], ids=["no-target", "two-targets", "rho-zero", "macs-unreachable"])
+def test_prune_star_user_errors(capsys, tmp_path, args, pattern):
+    code, _, err = run(capsys, "prune", "star", "digits-vit", "--no-pretrained", "--data", "digits", "--out",
+                       str(tmp_path / "x"), *args)
+    assert_one_line_error(code, err, pattern)

@@ -155,3 +155,10 @@ def test_totals_give_both_conventions_from_either_report():
     full, linear = count_macs(model), count_macs(model, convention="linear")
     expected = {"params": full.params, "macs_full": full.macs, "macs_linear": linear.macs}
     assert full.totals() == linear.totals() == expected
+
+
+def test_counting_on_a_given_image():
+    model = build("deit_tiny_patch16_224", {"depth": 2})
+    image = torch.randn(3, 224, 224)
+    assert count_macs(model, image=image).macs == count_macs(model).macs  # a dense model's cost is the image's too
+    assert count_macs(model, image=image).batch_size == 1

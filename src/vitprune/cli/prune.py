@@ -219,3 +219,66 @@ def vbp(
         print_json(report)
     else:
         render_vbp(model, report)
+
+
+class Anchor(str, Enum):
+    paper = "paper"
+    minmax = "minmax"
+
+
+@prune_app.command()
+def star(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    out: Path = typer.Option(..., "--out", help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
+    rho: Optional[float] = typer.Option(None, "--rho", help="Keep rate of the last block (sets every block's rate)."),
+    macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention); finds rho."),
+    adaptive: bool = typer.Option(False, "--adaptive", help="a-STAR: per-image token counts (never more than STAR)."),
+    alpha: float = typer.Option(0.15, help="Weight of the online [CLS] attention vs the LRP prior (1: attention only)."),
+    anchor: Anchor = typer.Option(Anchor.paper, help="ACS anchors: paper (first/last block) or minmax."),
+    acs_images: int = typer.Option(500, "--acs-images", min=1, help="Training images for the ACS (paper: 500)."),
+    lrp_images: int = typer.Option(1280, "--lrp-images", min=1, help="Training images for the LRP prior."),
+    classes: int = typer.Option(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6)."),
+    finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0, help="Fine-tuning epochs (paper: 120; 0: none)."),
+    distill: Distill = typer.Option(Distill.hard, help="Distillation from the unpruned model while fine-tuning."),
+    lr: float = typer.Option(2e-5, "--lr", help="Fine-tuning learning rate (paper: cosine 2e-5 -> 2e-9)."),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Fine-tuning batch."),
+    seed: int = typer.Option(0, help="Seed of the calibration subsets and fine-tuning."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
+    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    speed_batch: int = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement."),
+    device: str = DEVICE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates."""
+    from vitprune.adapters import get_adapter
+    from vitprune.cli.render import render_star
+    from vitprune.data import build_dataset
+    from vitprune.device import resolve_device
+    from vitprune.methods.star.pipeline import STARConfig, run_star
+    from vitprune.models import resolve_model
+    from vitprune.training import TrainConfig
+
+    finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, min_lr=lr * 1e-4, batch_size=batch_size, seed=seed)
+                if finetune_epochs else None)
+    config = STARConfig(rho=rho, target_macs=None if macs is None else macs * 1e9, alpha=alpha, adaptive=adaptive,
+                        anchor=anchor.value, acs_images=acs_images, lrp_images=lrp_images, classes=classes,
+                        seed=seed, finetune=finetune, distill=distill.value, speed_batch=speed_batch)
+    config.validate()
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    input_size = get_adapter(dense).input_size
+    sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
+                                is_training=training)
+            for name, split, training in (("train", "train", True), ("val", "val", False),
+                                          ("calibration", "train", False))}
+    report = run_star(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out,
+                      config=config, device=resolve_device(device), progress=not json_out, resume=resume,
+                      log=(lambda _m: None) if json_out else err_console.print)
+    report["model"] = model
+    if json_out:
+        print_json(report)
+    else:
+        render_star(model, report)

@@ -101,6 +101,24 @@ def render_vbp(model: str, report: dict) -> None:
     _render_gains(model, "VBP", cell, report)
 
 
+def render_star(model: str, report: dict) -> None:
+    """The keep-rate schedule and what STAR gained: accuracy (right after, fine-tuned), params, MACs, speed."""
+    kind = "a-STAR (per-image counts)" if report["adaptive"] else "STAR"
+    console.print(f"[bold]{kind} on {model}[/] (starting checkpoint: {model}): rho {report['rho']:.4f}, alpha "
+                  f"{report['alpha']}")
+    rates = ", ".join(f"{i}: {r:.3f}" for i, r in enumerate(report["keep_rates"]) if r < 1)
+    console.print(f"keep rate per pruning block: {rates or 'none (rho 1 keeps every token)'}")
+    if "macs_averaged_over_images" in report["pruned"]:
+        console.print(f"a-STAR's MACs depend on the image: mean over {report['pruned']['macs_averaged_over_images']} "
+                      "validation images")
+    top1, retention = report["top1"], report["retention"]
+    cell = f"right after pruning {100 * top1['pruned']:.2f}% ({_share(retention['pruned'])} of dense)"
+    if "finetuned" in top1:
+        cell = (f"{100 * top1['finetuned']:.2f}% after fine-tuning ({_share(retention['finetuned'])} of dense); "
+                + cell)
+    _render_gains(model, kind, cell, report)
+
+
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 

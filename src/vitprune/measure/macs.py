@@ -130,7 +130,7 @@ def format_count(n: float) -> str:
 
 
 def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = None, batch_size: int = 1,
-               convention: str = "full") -> MacReport:
+               convention: str = "full", image: torch.Tensor | None = None) -> MacReport:
     """Count multiply-accumulates per image and parameters of a supported ViT.
 
     Linear layers count ``tokens * in * out``, conv layers ``output positions * k * k * Cin/groups *
@@ -140,15 +140,20 @@ def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = No
     norms, activations, softmax and residual additions are not counted in either convention.
 
     The model is run once in eval mode, without gradients, on a random input of ``input_size``
-    (default: the model's own); its training mode is restored afterwards.
+    (default: the model's own); its training mode is restored afterwards. ``image`` ``(C, H, W)``
+    replaces the random input (batch 1): a model whose cost depends on its input, such as a-STAR's
+    adaptive token pruning, is counted on that image.
     """
     if convention not in CONVENTIONS:
         raise VitpruneError(f"unknown MAC convention {convention!r} (choose from: {', '.join(CONVENTIONS)})")
     if batch_size < 1:
         raise VitpruneError(f"batch size must be at least 1, got {batch_size}")
     adapter = get_adapter(model)
+    if image is not None:
+        input_size, batch_size = tuple(image.shape), 1
     size = resolve_input_size(model, input_size)
-    blocks, other = _trace(model, adapter.blocks(), size, batch_size)
+    x = image[None] if image is not None else torch.randn(batch_size, *size, generator=torch.Generator().manual_seed(0))
+    blocks, other = _trace(model, adapter.blocks(), x)
     return MacReport(
         params=sum(p.numel() for p in model.parameters()),
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -179,8 +184,7 @@ def _layer_macs(module: nn.Module, output: torch.Tensor) -> int:
     return output.numel() * math.prod(module.kernel_size) * (module.in_channels // module.groups)
 
 
-def _trace(model: nn.Module, views: list[BlockView], input_size: tuple[int, int, int],
-           batch_size: int) -> tuple[list[BlockMacs], dict[str, int]]:
+def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[list[BlockMacs], dict[str, int]]:
     """Run one forward; per-image MACs of each block and of each compute layer outside the blocks."""
     blocks = [BlockMacs(index=v.index, tokens=0, heads=v.attn.num_heads if v.attn else 0,
                         mlp_hidden=v.mlp.hidden_features if v.mlp else None) for v in views]
@@ -225,8 +229,7 @@ def _trace(model: nn.Module, views: list[BlockView], input_size: tuple[int, int,
         if view.attn is not None:
             handles.append(view.attn.qkv.register_forward_pre_hook(
                 attn_hook(block, view.attn.head_dim, view.token_keep_rate is not None), with_kwargs=True))
-    param = next(model.parameters())
-    x = torch.randn(batch_size, *input_size, generator=torch.Generator().manual_seed(0))
+    param, batch_size = next(model.parameters()), x.shape[0]
     was_training = model.training
     try:
         model.eval()

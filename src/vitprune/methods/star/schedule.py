@@ -78,11 +78,12 @@ def keep_rates(acs: list[float], rho: float, *, anchor: str = "paper") -> list[f
     return [min(1.0, max(rho, 1 - (1 - rho) * (a - lo) / (hi - lo))) for a in acs]
 
 
-def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float,
-                     prior: torch.Tensor | None = None) -> None:
+def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float, prior: torch.Tensor | None = None,
+                     adaptive: bool = False) -> None:
     """Make every block with a rate below 1 prune tokens at that rate (recipe edits); others are left alone.
 
-    ``prior`` ``(L, patches)`` (STAR's inter-layer scores) is installed in each pruning block.
+    ``prior`` ``(L, patches)`` (STAR's inter-layer scores) is installed in each pruning block;
+    ``adaptive`` makes them a-STAR blocks.
     """
     blocks = len(get_adapter(model).blocks())
     if len(rates) != blocks:
@@ -91,7 +92,7 @@ def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float,
         raise VitpruneError(f"an inter-layer table of {prior.shape[0]} rows for a model of {blocks} blocks")
     for block, rate in enumerate(rates):
         if rate < 1:
-            prune_tokens(model, block, rate, alpha=alpha)
+            prune_tokens(model, block, rate, alpha=alpha, adaptive=adaptive)
             if prior is not None:
                 set_token_prior(model, block, prior[block])
 
@@ -119,3 +120,14 @@ def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anch
         low, high = (mid, high) if macs(mid) <= target_macs else (low, mid)
     return low
 
+
+
+def check_reachable(model: nn.Module, target_macs: float) -> None:
+    """Fail before any data pass when no schedule can reach ``target_macs``: even keeping one patch token in
+    every block (a cheaper schedule than any ``ρ`` gives) costs more."""
+    scratch = copy.deepcopy(model)
+    apply_keep_rates(scratch, [1e-9] * len(get_adapter(scratch).blocks()), alpha=1.0)
+    floor = count_macs(scratch).macs
+    if target_macs < floor:
+        raise VitpruneError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: keeping one patch token "
+                            f"in every block still costs {floor / 1e9:.3f} G")

@@ -1,0 +1,201 @@
+"""The STAR pipeline: ACS schedule, LRP prior, token-pruning blocks, optional fine-tuning, report.
+
+Each stage writes what it decided into the run directory before the next starts, so an
+interrupted run picks up where it stopped (``resume``):
+
+    run_dir/acs.json               average cosine similarity of every block's output tokens
+    run_dir/inter.safetensors      the inter-layer prior S_inter (blocks x patch positions)
+    run_dir/schedule.json          rho (given or found for a MAC target) and the per-block keep rates
+    run_dir/finetune/              the fine-tuning run (checkpoints, metrics.jsonl)
+    run_dir/model/                 the token-pruned (and fine-tuned) model: recipe + weights
+    run_dir/report.json            top-1 before/after, params, MACs (both conventions), speed, seconds
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.data import balanced_subset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.methods.stages import Stages
+from vitprune.methods.star.lrp import inter_layer_scores
+from vitprune.methods.star.schedule import (
+    ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
+)
+from vitprune.recipe import save
+from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
+
+ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE = "acs.json", "inter.safetensors", "schedule.json", "report.json"
+FINETUNE_DIR, MODEL_DIR = "finetune", "model"
+
+
+@dataclass
+class STARConfig:
+    """Every setting of the pipeline; the defaults are the paper's for DeiT on ImageNet."""
+
+    #: Keep rate of the last block; ``None`` when ``target_macs`` sets it.
+    rho: float | None = 0.7
+    #: Full-convention MACs per image to reach by bisection on rho (instead of ``rho``).
+    target_macs: float | None = None
+    #: Weight of the online [CLS] attention against the LRP prior (paper: 0.15 for DeiT, 0.3 for LV-ViT).
+    alpha: float = 0.15
+    #: a-STAR: per-image counts by weighted percentile instead of ``ceil(p·n)``.
+    adaptive: bool = False
+    anchor: str = "paper"
+    #: Calibration images for the ACS (paper: 500) and for the LRP prior (paper: T=10 rounds of 128-512).
+    acs_images: int = 500
+    lrp_images: int = 1280
+    #: Top predicted classes per image whose relevance the prior averages (paper: 6).
+    classes: int = 6
+    calibration_batch: int = 32
+    seed: int = 0
+    #: Fine-tuning after pruning (``None``: none). The paper: 120 epochs, cosine 2e-5 -> 2e-9, hard
+    #: distillation from the unpruned model.
+    finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(
+        epochs=120, lr=2e-5, min_lr=2e-9, batch_size=256))
+    distill: str = "hard"
+    distill_alpha: float = 0.5
+    tau: float = 1.0
+    #: Validation images the a-STAR MAC average is taken over (its cost depends on the image).
+    mac_images: int = 64
+    speed_batch: int = 16
+    speed_pairs: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Fail at once, before any pass over data, on a setting a later stage would reject."""
+        if (self.rho is None) == (self.target_macs is None):
+            raise VitpruneError("give exactly one of rho (--rho) and a MAC target (--macs)")
+        if self.rho is not None and not 0 < self.rho <= 1:
+            raise VitpruneError(f"rho must be in (0, 1], got {self.rho}")
+        if not 0 <= self.alpha <= 1:
+            raise VitpruneError(f"alpha must be in [0, 1], got {self.alpha}")
+        for name, allowed in (("anchor", ANCHORS), ("distill", KINDS)):
+            if getattr(self, name) not in allowed:
+                raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
+        for name in ("acs_images", "lrp_images", "classes", "mac_images"):
+            if getattr(self, name) < 1:
+                raise VitpruneError(f"{name.replace('_', ' ')} must be at least 1, got {getattr(self, name)}")
+        if self.finetune is not None:
+            self.finetune.validate()
+
+
+def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
+             config: STARConfig | None = None, calibration_set: Dataset | None = None,
+             device: torch.device | str | None = None, progress: bool = False,
+             log: Callable[[str], None] = lambda _msg: None, resume: bool = False) -> dict[str, Any]:
+    """Token-prune a copy of ``model`` the STAR way, optionally fine-tune it; returns the report.
+
+    The ACS and the LRP prior come from ``calibration_set`` (default ``train_set``; the CLI passes
+    the training images with the evaluation transform). Accuracy is top-1 on ``val_set`` for the
+    dense model, right after pruning and after fine-tuning. The model is saved to ``run_dir/model``.
+    """
+    config = config or STARConfig()
+    config.validate()
+    if config.target_macs is not None:
+        check_reachable(model, config.target_macs)
+    run_dir = Path(run_dir)
+    if not resume and run_dir.exists() and any(run_dir.iterdir()):
+        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model = model.to(device)
+    stages = Stages(log)
+    calibration = calibration_set if calibration_set is not None else train_set
+
+    def loader(images: int):
+        subset = calibration if images >= len(calibration) else balanced_subset(calibration, images, seed=config.seed)
+        return build_loader(subset, config.calibration_batch, shuffle=False, seed=config.seed)
+
+    val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
+    dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
+    acs = stages.run("average cosine similarity", lambda: _cached_json(
+        run_dir / ACS_FILE, resume, lambda: average_cosine_similarity(model, loader(config.acs_images),
+                                                                      max_images=config.acs_images,
+                                                                      progress=progress)))
+    prior = None
+    if config.alpha < 1:
+        prior = stages.run("inter-layer importance (LRP)", lambda: _inter(
+            model, loader(config.lrp_images), config, run_dir / INTER_FILE, progress, resume))
+    rho = config.rho
+    if rho is None:
+        rho = stages.run("find rho for the MAC target", lambda: rho_for_macs(model, acs, config.target_macs,
+                                                                           anchor=config.anchor))
+    rates = keep_rates(acs, rho, anchor=config.anchor)
+    write_json(run_dir / SCHEDULE_FILE, {"rho": rho, "anchor": config.anchor, "keep_rates": rates,
+                                         "target_macs": config.target_macs})
+
+    pruned = copy.deepcopy(model)
+    apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
+    top1 = {"dense": dense_top1,
+            "pruned": stages.run("evaluate right after pruning", lambda: evaluate(pruned, val_loader)["top1"])}
+    if config.finetune is not None:
+        history = stages.run("fine-tune", lambda: finetune_pruned(
+            pruned, train_set, val_set, config.finetune, teacher=model, distill=config.distill,
+            alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
+            progress=progress, resume=resume))
+        top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
+        top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
+    save(pruned, run_dir / MODEL_DIR, metadata={"star": {"rho": rho, "alpha": config.alpha,
+                                                         "adaptive": config.adaptive, "keep_rates": rates}})
+    comparison = stages.run("measure speed", lambda: compare_speed(
+        pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
+        progress=progress))
+    report = {
+        "rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates, "acs": acs,
+        "top1": top1, "retention": {k: v / dense_top1 if dense_top1 else None for k, v in top1.items() if k != "dense"},
+        "dense": count_macs(model).totals(), "pruned": _footprint(pruned, val_set, config),
+        "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(), "seconds": stages.seconds,
+        "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
+    }
+    write_json(run_dir / REPORT_FILE, report)
+    return report
+
+
+def _footprint(pruned: nn.Module, val_set: Dataset, config: STARConfig) -> dict[str, Any]:
+    """Params and MACs; a-STAR's MACs depend on the image, so they are the mean over ``mac_images`` images."""
+    if not config.adaptive:
+        return count_macs(pruned).totals()
+    images = [val_set[i][0] for i in range(min(config.mac_images, len(val_set)))]
+    param = next(pruned.parameters())
+    counts = [count_macs(pruned, image=img.to(param.device, param.dtype)).totals() for img in images]
+    return {"params": counts[0]["params"], **{k: statistics.mean(c[k] for c in counts)
+                                              for k in ("macs_full", "macs_linear")},
+            "macs_averaged_over_images": len(counts)}
+
+
+def _cached_json(path: Path, resume: bool, compute: Callable[[], Any]) -> Any:
+    if resume and path.exists():
+        return read_json(path)
+    value = compute()
+    write_json(path, value)
+    return value
+
+
+def _inter(model: nn.Module, loader, config: STARConfig, path: Path, progress: bool, resume: bool) -> torch.Tensor:
+    if resume and path.exists():
+        try:
+            return load_file(str(path))["inter"]
+        except (OSError, SafetensorError, KeyError) as exc:
+            raise VitpruneError(f"cannot read {path}: {exc}; delete it to recompute the prior") from None
+    prior = inter_layer_scores(model, loader, classes=config.classes, max_images=config.lrp_images,
+                               progress=progress).float()
+    with atomic_file(path) as tmp:
+        save_file({"inter": prior.contiguous()}, str(tmp))
+    return prior

@@ -1,0 +1,86 @@
+"""The STAR pipeline end to end on a small model: schedule, prior, pruning, report, resume, a-STAR MACs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import vitprune
+from vitprune.data import build_dataset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import count_macs
+from vitprune.methods.star import keep_rates
+from vitprune.methods.star import pipeline as star_pipeline
+from vitprune.methods.star.pipeline import (
+    ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, STARConfig, run_star,
+)
+from vitprune.surgery import token_pruning_blocks
+from vitprune.training import TrainConfig, evaluate
+
+
+@pytest.fixture(scope="module")
+def setting():
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=4)
+    size = vitprune.get_adapter(model).input_size
+    train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
+    calibration = build_dataset("digits", "train", input_size=size, is_training=False)
+    config = STARConfig(rho=0.5, alpha=0.3, acs_images=32, lrp_images=8, classes=2, finetune=None, mac_images=4,
+                        speed_batch=4, speed_pairs=3, anchor="minmax")
+    return model, train, val, calibration, config
+
+
+def test_static_run_is_the_schedule_it_reports(setting, tmp_path):
+    model, train, val, calibration, config = setting
+    report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
+    for name in (ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE):
+        assert (tmp_path / name).is_file()
+    assert report["keep_rates"] == keep_rates(report["acs"], 0.5, anchor="minmax")
+    loaded = vitprune.load(tmp_path / MODEL_DIR)
+    blocks = token_pruning_blocks(loaded)
+    assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(report["keep_rates"]) if r < 1}
+    assert all(b.alpha == 0.3 and not torch.equal(b.inter, torch.ones_like(b.inter)) for b in blocks.values())
+    loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
+    assert report["top1"]["pruned"] == evaluate(loaded, loader)["top1"]
+    assert report["pruned"] == count_macs(loaded).totals()
+    assert report["pruned"]["macs_full"] < report["dense"]["macs_full"]
+
+
+def test_mac_target_adaptive_and_resume(setting, tmp_path, monkeypatch):
+    model, train, val, calibration, config = setting
+    target = 0.7 * count_macs(model).macs
+    first = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path,
+                     config=replace(config, rho=None, target_macs=target))
+    assert count_macs(vitprune.load(tmp_path / MODEL_DIR)).macs <= target
+    monkeypatch.setattr(star_pipeline, "inter_layer_scores", lambda *a, **k: pytest.fail("prior recomputed"))
+    monkeypatch.setattr(star_pipeline, "average_cosine_similarity", lambda *a, **k: pytest.fail("ACS recomputed"))
+    again = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path, resume=True,
+                     config=replace(config, rho=first["rho"], adaptive=True))
+    assert again["acs"] == first["acs"] and again["keep_rates"] == first["keep_rates"]
+    assert again["pruned"]["macs_averaged_over_images"] == 4
+    assert again["pruned"]["macs_full"] <= first["pruned"]["macs_full"]  # a-STAR never keeps more
+
+
+def test_fine_tuning_is_reported(setting, tmp_path):
+    model, train, val, calibration, config = setting
+    report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path,
+                      config=replace(config, alpha=1.0, finetune=TrainConfig(epochs=1, lr=5e-4, batch_size=64)))
+    assert set(report["top1"]) == {"dense", "pruned", "finetuned", "finetune_best"}
+    assert not (tmp_path / INTER_FILE).exists()  # alpha 1 needs no prior
+
+
+@pytest.mark.parametrize("change, pattern", [
+    ({"rho": None}, "exactly one of rho"),
+    ({"target_macs": 1e6}, "exactly one of rho"),
+    ({"rho": 1.5}, r"rho must be in \(0, 1\]"),
+    ({"alpha": -0.1}, r"alpha must be in \[0, 1\]"),
+    ({"anchor": "ends"}, "unknown anchor 'ends'"),
+    ({"lrp_images": 0}, "lrp images must be at least 1"),
+])
+def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
+    model, train, val, calibration, config = setting
+    with pytest.raises(VitpruneError, match=pattern):
+        run_star(model, train, val, run_dir=tmp_path / "run", config=replace(config, **change))
+    assert not (tmp_path / "run").exists()
