@@ -249,3 +249,18 @@ def test_adaptive_setting_saves_and_loads(tmp_path):
     assert all(b.adaptive for b in token_pruning_blocks(loaded).values())
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
+
+
+def test_static_token_pruning_compiles_and_exports_to_onnx(tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")  # torch's exporter needs it
+    model = _pruned(False)
+    x = _images(model, n=1)
+    with torch.no_grad():
+        expected = model.eval()(x)
+        compiled = torch.compile(model, backend="eager", fullgraph=True)  # fullgraph: no graph breaks allowed
+        torch.testing.assert_close(compiled(x), expected, rtol=1e-6, atol=1e-6)
+    torch.onnx.export(model, (x,), dynamo=True).save(str(tmp_path / "star.onnx"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "star.onnx"))
+    got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    assert (got - expected).abs().max().item() <= 1e-4
