@@ -43,7 +43,7 @@ SCORES = ("fused", "intra-only", "inter-only", "random")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rhos", type=float, nargs="+", default=[0.7, 0.5])
+    parser.add_argument("--rhos", type=float, nargs="+", default=[0.7, 0.5, 0.3, 0.2])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -264,3 +264,23 @@ def test_static_token_pruning_compiles_and_exports_to_onnx(tmp_path):
     session = onnxruntime.InferenceSession(str(tmp_path / "star.onnx"))
     got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
     assert (got - expected).abs().max().item() <= 1e-4
+
+
+def test_intra_score_keeps_the_patches_the_cls_token_attends_to_most():
+    model = _model()
+    dense = _model()
+    prune_tokens(model, 0, 0.25)  # alpha 1: attention only
+    x = _images(model, n=2, seed=7)
+    with torch.no_grad():
+        block = dense.blocks[0]
+        attn = block.attn
+        h = block.norm1(dense._pos_embed(dense.patch_embed(x)))
+        q, k, _ = attn.qkv(h).reshape(2, 197, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        cls = ((q @ k.transpose(-2, -1)) * attn.scale).softmax(-1)[:, :, 0, 1:].mean(1)  # (B, 196), full map
+    expected = [sorted(row.topk(49).indices.tolist()) for row in cls]
+    seen = {}
+    hook = token_pruning_blocks(model)[0].register_forward_hook(lambda m, a, out: seen.update(pos=out[1].tolist()))
+    with torch.no_grad():
+        model.eval()(x)
+    hook.remove()
+    assert seen["pos"] == expected

@@ -233,6 +233,7 @@ def star(
     out: Path = typer.Option(..., "--out", help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
     rho: Optional[float] = typer.Option(None, "--rho", help="Keep rate of the last block (sets every block's rate)."),
     macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention); finds rho."),
+    rates: Optional[str] = typer.Option(None, "--rates", help="Hand-set keep rate per block, e.g. 1,1,1,0.7,...,0.5."),
     adaptive: bool = typer.Option(False, "--adaptive", help="a-STAR: per-image token counts (never more than STAR)."),
     alpha: float = typer.Option(0.15, help="Weight of the online [CLS] attention vs the LRP prior (1: attention only)."),
     anchor: Anchor = typer.Option(Anchor.paper, help="ACS anchors: paper (first/last block) or minmax."),
@@ -264,7 +265,8 @@ def star(
 
     finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, min_lr=lr * 1e-4, batch_size=batch_size, seed=seed)
                 if finetune_epochs else None)
-    config = STARConfig(rho=rho, target_macs=None if macs is None else macs * 1e9, alpha=alpha, adaptive=adaptive,
+    config = STARConfig(rho=rho, target_macs=None if macs is None else macs * 1e9, rates=_parse_rates(rates),
+                        alpha=alpha, adaptive=adaptive,
                         anchor=anchor.value, acs_images=acs_images, lrp_images=lrp_images, classes=classes,
                         seed=seed, finetune=finetune, distill=distill.value, speed_batch=speed_batch)
     config.validate()
@@ -282,3 +284,12 @@ def star(
         print_json(report)
     else:
         render_star(model, report)
+
+
+def _parse_rates(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise VitpruneError(f"--rates takes comma-separated keep rates such as 1,1,0.7; got {text!r}") from None

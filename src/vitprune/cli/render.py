@@ -104,8 +104,8 @@ def render_vbp(model: str, report: dict) -> None:
 def render_star(model: str, report: dict) -> None:
     """The keep-rate schedule and what STAR gained: accuracy (right after, fine-tuned), params, MACs, speed."""
     kind = "a-STAR (per-image counts)" if report["adaptive"] else "STAR"
-    console.print(f"[bold]{kind} on {model}[/] (starting checkpoint: {model}): rho {report['rho']:.4f}, alpha "
-                  f"{report['alpha']}")
+    rho = "hand-set rates" if report["rho"] is None else f"rho {report['rho']:.4f}"
+    console.print(f"[bold]{kind} on {model}[/] (starting checkpoint: {model}): {rho}, alpha {report['alpha']}")
     rates = ", ".join(f"{i}: {r:.3f}" for i, r in enumerate(report["keep_rates"]) if r < 1)
     console.print(f"keep rate per pruning block: {rates or 'none (rho 1 keeps every token)'}")
     if "macs_averaged_over_images" in report["pruned"]:

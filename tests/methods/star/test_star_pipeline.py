@@ -84,3 +84,18 @@ def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
     with pytest.raises(VitpruneError, match=pattern):
         run_star(model, train, val, run_dir=tmp_path / "run", config=replace(config, **change))
     assert not (tmp_path / "run").exists()
+
+
+def test_hand_set_rates_need_no_acs(setting, tmp_path):
+    model, train, val, calibration, config = setting
+    rates = [1.0, 0.5, 1.0, 0.8]
+    report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path,
+                      config=replace(config, rho=None, rates=rates, alpha=1.0))
+    assert report["keep_rates"] == rates and report["acs"] is None and report["rho"] is None
+    assert not (tmp_path / ACS_FILE).exists()
+    assert {i: b.keep_rate for i, b in token_pruning_blocks(vitprune.load(tmp_path / MODEL_DIR)).items()} == {
+        1: 0.5, 3: 0.8}
+    with pytest.raises(VitpruneError, match="3 keep rates for a model of 4 blocks"):
+        run_star(model, train, val, run_dir=tmp_path / "other", config=replace(config, rho=None, rates=rates[:3]))
+    with pytest.raises(VitpruneError, match=r"keep rates must be in \(0, 1\]"):
+        run_star(model, train, val, run_dir=tmp_path / "other", config=replace(config, rho=None, rates=[0.0] * 4))

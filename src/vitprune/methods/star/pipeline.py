@@ -50,6 +50,8 @@ class STARConfig:
     rho: float | None = 0.7
     #: Full-convention MACs per image to reach by bisection on rho (instead of ``rho``).
     target_macs: float | None = None
+    #: Hand-set keep rate per block (instead of ``rho`` or ``target_macs``; no ACS is computed).
+    rates: list[float] | None = None
     #: Weight of the online [CLS] attention against the LRP prior (paper: 0.15 for DeiT, 0.3 for LV-ViT).
     alpha: float = 0.15
     #: a-STAR: per-image counts by weighted percentile instead of ``ceil(p·n)``.
@@ -80,8 +82,10 @@ class STARConfig:
 
     def validate(self) -> None:
         """Fail at once, before any pass over data, on a setting a later stage would reject."""
-        if (self.rho is None) == (self.target_macs is None):
-            raise VitpruneError("give exactly one of rho (--rho) and a MAC target (--macs)")
+        if sum(x is not None for x in (self.rho, self.target_macs, self.rates)) != 1:
+            raise VitpruneError("give exactly one of rho (--rho), a MAC target (--macs) and per-block rates (--rates)")
+        if self.rates is not None and not all(0 < r <= 1 for r in self.rates):
+            raise VitpruneError(f"keep rates must be in (0, 1], got {self.rates}")
         if self.rho is not None and not 0 < self.rho <= 1:
             raise VitpruneError(f"rho must be in (0, 1], got {self.rho}")
         if not 0 <= self.alpha <= 1:
@@ -110,6 +114,8 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     config.validate()
     if config.target_macs is not None:
         check_reachable(model, config.target_macs)
+    if config.rates is not None and len(config.rates) != len(model.blocks):
+        raise VitpruneError(f"{len(config.rates)} keep rates for a model of {len(model.blocks)} blocks")
     run_dir = Path(run_dir)
     if not resume and run_dir.exists() and any(run_dir.iterdir()):
         raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
@@ -125,21 +131,22 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
 
     val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
-    acs = stages.run("average cosine similarity", lambda: _cached_json(
-        run_dir / ACS_FILE, resume, lambda: average_cosine_similarity(model, loader(config.acs_images),
-                                                                      max_images=config.acs_images,
-                                                                      progress=progress)))
+    acs, rho, rates = None, config.rho, config.rates
+    if rates is None:
+        acs = stages.run("average cosine similarity", lambda: _cached_json(
+            run_dir / ACS_FILE, resume, lambda: average_cosine_similarity(model, loader(config.acs_images),
+                                                                          max_images=config.acs_images,
+                                                                          progress=progress)))
+        if rho is None:
+            rho = stages.run("find rho for the MAC target", lambda: rho_for_macs(model, acs, config.target_macs,
+                                                                               anchor=config.anchor))
+        rates = keep_rates(acs, rho, anchor=config.anchor)
     prior = None
     if config.alpha < 1:
         prior = stages.run("inter-layer importance (LRP)", lambda: _inter(
             model, loader(config.lrp_images), config, run_dir / INTER_FILE, progress, resume))
-    rho = config.rho
-    if rho is None:
-        rho = stages.run("find rho for the MAC target", lambda: rho_for_macs(model, acs, config.target_macs,
-                                                                           anchor=config.anchor))
-    rates = keep_rates(acs, rho, anchor=config.anchor)
     write_json(run_dir / SCHEDULE_FILE, {"rho": rho, "anchor": config.anchor, "keep_rates": rates,
-                                         "target_macs": config.target_macs})
+                                         "target_macs": config.target_macs, "hand_set": config.rates is not None})
 
     pruned = copy.deepcopy(model)
     apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
