@@ -1,8 +1,9 @@
 """STAR: token pruning by fused online [CLS] attention and an offline per-position prior, with ACS keep rates.
 
-So far: the ACS keep-rate schedule (:mod:`~vitprune.methods.star.schedule`) and the LRP
-inter-layer scores (:mod:`~vitprune.methods.star.lrp`). The pruning blocks themselves are shared
-surgery (:func:`vitprune.surgery.prune_tokens`). Issue 7 is in progress.
+The ACS keep-rate schedule (:mod:`~vitprune.methods.star.schedule`), the LRP inter-layer prior
+(:mod:`~vitprune.methods.star.lrp`) and the pipeline behind ``vitprune prune star``
+(:mod:`~vitprune.methods.star.pipeline`). The pruning blocks themselves, static and adaptive, are
+shared surgery (:func:`vitprune.surgery.prune_tokens`).
 """
 
 from vitprune.methods.star.lrp import inter_layer_scores
