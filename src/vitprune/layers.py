@@ -13,7 +13,7 @@ from torch import nn
 
 
 class _StraightThrough(torch.autograd.Function):
-    """Returns the mask unchanged; its gradient goes to the importance instead (HetDPT Eq. 6)."""
+    """Returns the value unchanged; its gradient goes to the surrogate instead."""
 
     @staticmethod
     def forward(ctx, mask: torch.Tensor, importance: torch.Tensor) -> torch.Tensor:
@@ -22,6 +22,15 @@ class _StraightThrough(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
         return None, grad
+
+
+def straight_through(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tensor:
+    """Exactly ``value`` in the forward pass; in the backward pass its gradient goes to ``surrogate``.
+
+    The straight-through estimator of HetDPT's masks (Eq. 6) and HiAP's hard Gumbel-sigmoid gates.
+    Unlike ``value + surrogate - surrogate.detach()`` the forward value carries no rounding error.
+    """
+    return _StraightThrough.apply(value, surrogate)
 
 
 class Gate(nn.Module):
@@ -47,7 +56,7 @@ class Gate(nn.Module):
         self.mask.fill_(1.0 if keep else 0.0)
 
     def forward(self) -> torch.Tensor:
-        return _StraightThrough.apply(self.mask.to(self.importance.dtype), self.importance)
+        return straight_through(self.mask.to(self.importance.dtype), self.importance)
 
 
 class GatedLayer(nn.Module):

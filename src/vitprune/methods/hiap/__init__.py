@@ -1,0 +1,13 @@
+"""HiAP: Gumbel-sigmoid gates on heads, value dimensions, FFN blocks and neurons, trained under a MAC penalty.
+
+So far (issue 8, in progress): the gates (:mod:`~vitprune.methods.hiap.gates`) and the analytical
+cost model with the feasibility penalties (:mod:`~vitprune.methods.hiap.cost`).
+"""
+
+from vitprune.methods.hiap.cost import COST_MODELS, dense_cost, feasibility, gate_cost, layer_shapes, unit_costs
+from vitprune.methods.hiap.gates import FAMILIES, HiAPGates, LayerShape, gumbel_sigmoid, temperature
+
+__all__ = [
+    "COST_MODELS", "FAMILIES", "HiAPGates", "LayerShape", "dense_cost", "feasibility", "gate_cost",
+    "gumbel_sigmoid", "layer_shapes", "temperature", "unit_costs",
+]
