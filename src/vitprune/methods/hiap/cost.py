@@ -56,9 +56,9 @@ def gate_cost(gates: dict[str, list[torch.Tensor]], shapes: list[LayerShape],
     so they can carry the paper's separate weights ``λ_macro`` and ``λ_micro``.
     """
     macro = micro = 0.0
-    for l, shape in enumerate(shapes):
+    for layer, shape in enumerate(shapes):
         w_head, w_dim, w_neuron = unit_costs(shape, cost_model)
-        head, dim, block, neuron = (gates[name][l] for name in ("head", "dim", "block", "neuron"))
+        head, dim, block, neuron = (gates[name][layer] for name in ("head", "dim", "block", "neuron"))
         macro = macro + w_head * head.sum()
         micro = micro + w_dim * (head[:, None] * dim).sum() + w_neuron * block * neuron.sum()
     return torch.as_tensor(macro), torch.as_tensor(micro)
