@@ -34,11 +34,14 @@ class AttentionView:
     head_dim: int
     #: The mask wrapped around this attention by :meth:`ViTAdapter.set_attention_module`, if any.
     gate: Gate | None = None
+    #: Value width of each head where heads differ (HiAP's extraction); ``None``: every head has
+    #: ``head_dim`` values, and ``qkv`` is the uniform ``[q | k | v]`` layout.
+    value_dims: tuple[int, ...] | None = None
 
     @property
     def attn_dim(self) -> int:
-        """Width of the concatenated heads (the input width of ``proj``)."""
-        return self.num_heads * self.head_dim
+        """Width of the concatenated heads' values (the input width of ``proj``)."""
+        return self.num_heads * self.head_dim if self.value_dims is None else sum(self.value_dims)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,46 @@ class DepthBlock(nn.Module):
         return self.act(x)
 
 
+class VariableHeadAttention(nn.Module):
+    """Self-attention whose heads share one query/key width but keep their own number of value dimensions.
+
+    What HiAP's extraction leaves: ``qkv`` holds the kept heads' queries and keys (``head_dim`` each)
+    and then their kept value dimensions, head by head; ``proj`` takes the concatenated values. The
+    scale stays the original ``head_dim**-0.5``. With no head left the branch is ``proj``'s bias alone.
+    """
+
+    def __init__(self, attn: Attention, qkv: nn.Linear, proj: nn.Linear, value_dims: list[int]) -> None:
+        super().__init__()
+        self.qkv, self.proj = qkv, proj
+        self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
+        self.attn_drop, self.proj_drop = attn.attn_drop, attn.proj_drop
+        self.num_heads, self.head_dim, self.scale = len(value_dims), attn.head_dim, attn.scale
+        self.value_dims = list(value_dims)
+        if qkv.out_features != 2 * self.num_heads * self.head_dim + sum(value_dims) or \
+                proj.in_features != sum(value_dims):
+            raise ValueError(f"projections do not fit {self.num_heads} heads of query/key width {self.head_dim} "
+                             f"and value widths {value_dims}")
+
+    @property
+    def attn_dim(self) -> int:
+        """Width of the concatenated values (the input width of ``proj``)."""
+        return sum(self.value_dims)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        b, n, _ = x.shape
+        if attn_mask is not None or is_causal:
+            raise ValueError("attention masks are not supported by variable-width heads")
+        if self.num_heads == 0:
+            return self.proj_drop(self.proj(x.new_zeros(b, n, 0)))
+        qk_width = self.num_heads * self.head_dim
+        qkv = self.qkv(x)
+        q, k = qkv[..., :2 * qk_width].reshape(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        attn = self.attn_drop(((self.q_norm(q) * self.scale) @ self.k_norm(k).transpose(-2, -1)).softmax(dim=-1))
+        values = qkv[..., 2 * qk_width:].split(self.value_dims, dim=-1)
+        out = torch.cat([attn[:, h] @ v for h, v in enumerate(values)], dim=-1)
+        return self.proj_drop(self.proj(out))
+
+
 def attention_with_cls_row(attn: Attention, x: torch.Tensor,
                            key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """timm ``Attention``'s output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.

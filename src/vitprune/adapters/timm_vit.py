@@ -8,7 +8,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
-from vitprune.adapters.timm_blocks import DepthBlock, TokenBlocks, TokenPruneBlock
+from vitprune.adapters.timm_blocks import DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention
 from vitprune.errors import UnsupportedArchitectureError
 from vitprune.layers import Gate, GatedLayer
 
@@ -27,6 +27,8 @@ def _unwrap(module: nn.Module | None) -> tuple[nn.Module | None, Gate | None]:
 def _check_attention(path: str, attn: nn.Module | None) -> None:
     attn, _ = _unwrap(attn)
     if attn is None:
+        return
+    if type(attn) is VariableHeadAttention:
         return
     if type(attn) is not Attention:
         raise _reject(path, attn, "only timm's standard fused-qkv Attention is supported")
@@ -76,8 +78,9 @@ class TimmViTAdapter(ViTAdapter):
     def _view(index: int, block: Block | DepthBlock | TokenPruneBlock) -> BlockView:
         (a, attn_gate), m = _unwrap(block.attn), block.mlp
         act, act_gate = _unwrap(m.act)
-        attn = None if a is None else AttentionView(module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads,
-                                                    head_dim=a.head_dim, gate=attn_gate)
+        attn = None if a is None else AttentionView(
+            module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads, head_dim=a.head_dim, gate=attn_gate,
+            value_dims=tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None)
         return BlockView(
             index=index,
             name=f"blocks.{index}",
@@ -133,6 +136,9 @@ class TimmViTAdapter(ViTAdapter):
         attn, _ = _unwrap(self.model.blocks[index].attn)
         if attn is None:
             raise ValueError(f"blocks.{index} has no attention")
+        if isinstance(attn, VariableHeadAttention):
+            raise ValueError(f"blocks.{index}.attn has heads of different value widths; prune it with "
+                             "prune_attention_dims")
         head_dim = attn.head_dim
         if qkv.out_features != 3 * num_heads * head_dim or proj.in_features != num_heads * head_dim:
             raise ValueError(f"blocks.{index}.attn: projections do not fit {num_heads} heads of dim {head_dim}")
@@ -197,8 +203,8 @@ class TimmViTAdapter(ViTAdapter):
         if isinstance(block, TokenPruneBlock):
             block.keep_rate, block.alpha, block.adaptive = keep_rate, alpha, adaptive
             return
-        if type(block) is not Block or isinstance(block.attn, GatedLayer):
-            raise ValueError(f"blocks.{index}: token pruning needs timm's Block with its own, ungated attention")
+        if type(block) is not Block or type(block.attn) is not Attention:
+            raise ValueError(f"blocks.{index}: token pruning needs timm's Block with timm's own, ungated attention")
         if getattr(self.model, "cls_token", None) is None:
             raise ValueError("token pruning scores patches by the [CLS] token's attention; this model has none")
         if not isinstance(self.model.blocks, TokenBlocks):

@@ -215,12 +215,13 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
 
     # On qkv's input, not the attention module's: a token-pruning block runs the attention through
     # its submodules (to read the [CLS] row too), but every path computes qkv from the tokens that attend.
-    # A token-pruning block also scores with its [CLS] row: one query against all N keys.
-    def attn_hook(block: BlockMacs, head_dim: int, cls_row: bool):
+    # QK^T costs N^2 per query/key dimension, A.V N^2 per value dimension (heads may differ in value
+    # width after HiAP); a token-pruning block also scores with its [CLS] row: one query against N keys.
+    def attn_hook(block: BlockMacs, qk_width: int, v_width: int, cls_row: bool):
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
             x = _first_tensor(args, kwargs)
             tokens = x.shape[1]
-            block.attn_matmul += block.heads * head_dim * tokens * (2 * tokens + cls_row) * x.shape[0]
+            block.attn_matmul += tokens * (tokens * (qk_width + v_width) + cls_row * qk_width) * x.shape[0]
         return hook
 
     handles = [m.register_forward_hook(layer_hook) for m in targets]
@@ -228,7 +229,8 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
         handles.append(view.module.register_forward_pre_hook(block_hook(block), with_kwargs=True))
         if view.attn is not None:
             handles.append(view.attn.qkv.register_forward_pre_hook(
-                attn_hook(block, view.attn.head_dim, view.token_keep_rate is not None), with_kwargs=True))
+                attn_hook(block, view.attn.num_heads * view.attn.head_dim, view.attn.attn_dim,
+                          view.token_keep_rate is not None), with_kwargs=True))
     param, batch_size = next(model.parameters()), x.shape[0]
     was_training = model.training
     try:

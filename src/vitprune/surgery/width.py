@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
+from vitprune.adapters.timm_blocks import VariableHeadAttention
 from vitprune.recipe.edits import register_edit
 from vitprune.surgery.linear import check_indices, slice_linear
 
@@ -24,6 +25,8 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     attn = adapter.block(block).attn
     if attn is None:
         raise ValueError(f"block {block} has no attention to prune")
+    if attn.value_dims is not None:
+        raise ValueError(f"block {block}: heads of different value widths; use prune_attention_dims")
     keep = check_indices(keep, attn.num_heads, f"block {block} heads")
     hd, width = attn.head_dim, attn.attn_dim
     head_rows = [h * hd + d for h in keep for d in range(hd)]
@@ -34,6 +37,35 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
         proj=slice_linear(attn.proj, in_idx=head_rows),
         num_heads=len(keep),
     )
+
+
+@register_edit("prune_attention_dims")
+def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
+                         value_dims: Sequence[Sequence[int]]) -> None:
+    """Keep attention heads ``heads`` of block ``block``, each with its own value dimensions ``value_dims[i]``.
+
+    Queries and keys of a kept head stay whole; its value rows of ``qkv`` and the matching input
+    columns of ``proj`` are sliced to the kept dimensions. The result equals the original with the
+    removed heads' outputs and the removed value dimensions set to zero. With no head kept the
+    branch is ``proj``'s bias alone, as gating every head (HiAP Eq. 1) leaves it.
+    """
+    adapter = get_adapter(model)
+    attn = adapter.block(block).attn
+    if attn is None:
+        raise ValueError(f"block {block} has no attention to prune")
+    if attn.value_dims is not None or attn.gate is not None:
+        raise ValueError(f"block {block}: prune_attention_dims needs timm's uniform, ungated attention")
+    heads = check_indices(heads, attn.num_heads, f"block {block} heads", allow_empty=True)
+    if len(value_dims) != len(heads):
+        raise ValueError(f"block {block}: {len(value_dims)} value-dimension lists for {len(heads)} kept heads")
+    hd, width = attn.head_dim, attn.attn_dim
+    dims = [check_indices(d, hd, f"block {block} head {h} value dimensions") for h, d in zip(heads, value_dims)]
+    qk_rows = [part * width + h * hd + j for part in range(2) for h in heads for j in range(hd)]
+    v_cols = [h * hd + j for h, d in zip(heads, dims) for j in d]
+    qkv = slice_linear(attn.qkv, out_idx=qk_rows + [2 * width + c for c in v_cols])
+    module = VariableHeadAttention(attn.module, qkv=qkv, proj=slice_linear(attn.proj, in_idx=v_cols),
+                                   value_dims=[len(d) for d in dims])
+    adapter.set_attention_module(block, module)
 
 
 @register_edit("prune_mlp_neurons")

@@ -30,9 +30,9 @@ def layer_shapes(model: nn.Module) -> list[LayerShape]:
     adapter = get_adapter(model)
     shapes = []
     for view in adapter.blocks():
-        if view.attn is None or view.mlp.merged or view.token_keep_rate is not None:
+        if view.attn is None or view.attn.value_dims is not None or view.mlp.merged or view.token_keep_rate is not None:
             raise UnsupportedArchitectureError(f"HiAP gates {view.name}'s heads and neurons; it needs the block's "
-                                               "attention and unmerged MLP, and no token pruning")
+                                               "uniform attention and unmerged MLP, and no token pruning")
         shapes.append(LayerShape(tokens=adapter.num_tokens, dim=adapter.embed_dim, heads=view.attn.num_heads,
                                  head_dim=view.attn.head_dim, hidden=view.mlp.hidden_features))
     return shapes

@@ -88,7 +88,8 @@ class _BlockTrace:
 def _check(model: nn.Module) -> None:
     adapter = get_adapter(model)
     for view in adapter.blocks():
-        if type(view.module) is not Block or view.attn is None or view.attn.gate is not None:
+        if type(view.module) is not Block or view.attn is None or view.attn.gate is not None \
+                or view.attn.value_dims is not None:
             raise UnsupportedArchitectureError(f"LRP importance needs timm's plain Block; {view.name} is "
                                                f"{type(view.module).__name__}")
         if view.mlp.merged or view.mlp.gate is not None:

@@ -1,0 +1,75 @@
+"""HiAP's extraction: the smaller model equals the gated one under the same hardened gates, and counts right."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import build
+from torch.utils.flop_counter import FlopCounterMode
+
+import vitprune
+from vitprune.measure import count_macs
+from vitprune.methods.hiap import GatedForward, HiAPGates, gate_cost, layer_shapes
+from vitprune.methods.hiap.extract import extract
+
+
+def _setting(name, kwargs, seed=0):
+    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    gates = HiAPGates(layer_shapes(model))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in gates.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) + 0.8)  # mostly open, some closed
+        gates.head[1][:] = -1.0  # a layer without heads
+        gates.block[2].fill_(-1.0)  # and one without an FFN
+    return model, gates
+
+
+SPECS = [("deit_tiny_patch16_224", {"depth": 3}), ("vit_small_patch14_dinov2", {"depth": 3, "img_size": 56}),
+         ("deit_small_distilled_patch16_224", {"depth": 3})]
+
+
+@pytest.mark.parametrize("name, kwargs", SPECS, ids=["deit", "dinov2-ls", "distilled"])
+def test_extracted_model_equals_the_gated_model(name, kwargs):
+    model, gates = _setting(name, kwargs)
+    x = torch.randn(2, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(1))
+    gated = GatedForward(model)
+    gated.set(gates.hardened())
+    with torch.no_grad():
+        expected = model(x)
+    gated.remove()
+    small = copy.deepcopy(model)
+    kept = extract(small, gates)
+    assert kept[1]["heads"] == [] and kept[2]["neurons"] == 0
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), expected, rtol=1e-4, atol=1e-4)
+    assert count_macs(small).params < count_macs(model).params
+
+
+def test_extracted_macs_are_the_exact_cost_model_and_flop_counter():
+    model, gates = _setting("deit_tiny_patch16_224", {"depth": 3}, seed=2)
+    shapes = layer_shapes(model)
+    report = count_macs(model)
+    static = sum(report.other.values())
+    macro, micro = gate_cost({k: [t.double() for t in v] for k, v in gates.hardened().items()}, shapes, "exact")
+    small = copy.deepcopy(model)
+    extract(small, gates)
+    assert count_macs(small).macs == int(macro + micro) + static
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        small(torch.randn(1, 3, 224, 224))
+    assert counter.get_total_flops() == 2 * count_macs(small).macs
+
+
+def test_extracted_model_saves_and_loads(tmp_path):
+    model, gates = _setting("deit_tiny_patch16_224", {"depth": 3}, seed=3)
+    extract(model, gates)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        out = model(x)
+    vitprune.save(model, tmp_path / "m")
+    loaded = vitprune.load(tmp_path / "m")
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)
+    assert "prune_attention_dims" in {e.op for e in vitprune.get_recipe(loaded).edits}

@@ -1,0 +1,47 @@
+"""``prune_attention_dims``: heads with their own value widths, equal to zeroing the removed outputs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import build
+
+import vitprune
+from vitprune.surgery import prune_attention_dims, prune_heads, prune_tokens
+
+
+def _model():
+    return vitprune.track(build("deit_tiny_patch16_224", {"depth": 2}), "deit_tiny_patch16_224", depth=2)
+
+
+def test_kept_value_dims_equal_zeroed_proj_columns():
+    model = _model()
+    zeroed = copy.deepcopy(model)
+    prune_attention_dims(model, 0, [0, 2], [[1, 5, 7], list(range(64))])
+    with torch.no_grad():
+        keep = [1, 5, 7] + list(range(128, 192))
+        mask = torch.zeros(192, dtype=torch.bool)
+        mask[keep] = True
+        zeroed.blocks[0].attn.proj.weight[:, ~mask] = 0.0
+        x = torch.randn(2, 3, 224, 224)
+        torch.testing.assert_close(model(x), zeroed(x), rtol=1e-5, atol=1e-5)
+    view = vitprune.get_adapter(model).block(0).attn
+    assert view.value_dims == (3, 64) and view.attn_dim == 67 and view.num_heads == 2
+    assert view.qkv.out_features == 2 * 2 * 64 + 67
+
+
+def test_attention_dims_mistakes():
+    model = _model()
+    with pytest.raises(ValueError, match="2 value-dimension lists for 1 kept heads"):
+        prune_attention_dims(model, 0, [1], [[0], [1]])
+    with pytest.raises(ValueError, match="head 1 value dimensions: at least one index must be kept"):
+        prune_attention_dims(model, 0, [1], [[]])
+    prune_attention_dims(model, 0, [1], [[0, 3]])
+    with pytest.raises(ValueError, match="use prune_attention_dims"):
+        prune_heads(model, 0, [0])
+    with pytest.raises(ValueError, match="needs timm's uniform, ungated attention"):
+        prune_attention_dims(model, 0, [0], [[0]])
+    with pytest.raises(ValueError, match="timm's own, ungated attention"):
+        prune_tokens(model, 0, 0.5)
