@@ -12,7 +12,8 @@ import vitprune
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
 from vitprune.methods.hiap import (
-    HiAPGates, LayerShape, dense_cost, feasibility, gate_cost, gumbel_sigmoid, layer_shapes, temperature, unit_costs,
+    HiAPGates, LayerShape, cost_penalty, dense_cost, feasibility, gate_cost, gumbel_sigmoid, layer_shapes, temperature,
+    unit_costs,
 )
 from vitprune.surgery import prune_depth
 
@@ -107,3 +108,16 @@ def test_depth_pruned_blocks_are_not_gated():
     prune_depth(model, [1], [])
     with pytest.raises(UnsupportedArchitectureError, match="blocks.1"):
         layer_shapes(model)
+
+
+def test_cost_penalty_is_the_expected_kept_share_weighted_by_lambda():
+    shapes = [LayerShape(tokens=5, dim=8, heads=2, head_dim=4, hidden=10), LayerShape(5, 8, 2, 4, 10)]
+    with torch.no_grad():
+        open_all = HiAPGates(shapes, init=50.0).probabilities()  # sigma(50) == 1 in float32
+        full = cost_penalty(open_all, shapes, lambda_macro=0.9, lambda_micro=0.45)
+        half = cost_penalty(HiAPGates(shapes, init=0.0).probabilities(), shapes, lambda_macro=1.0, lambda_micro=1.0)
+    assert float(full["macro"] + full["micro"]) == pytest.approx(1.0)
+    assert float(full["loss"]) == pytest.approx(0.9 * float(full["macro"]) + 0.45 * float(full["micro"]))
+    # p = 0.5 everywhere: heads cost half, dims and neurons (under their parent) a quarter.
+    assert float(half["macro"]) == pytest.approx(float(full["macro"]) / 2)
+    assert float(half["micro"]) == pytest.approx(float(full["micro"]) / 4)

@@ -89,3 +89,17 @@ def feasibility(probabilities: dict[str, list[torch.Tensor]], *, min_heads: floa
         dim = dim + (p_head.detach() * torch.relu(min_dims - p_dim.mean(dim=1)) ** 2).sum()
         neuron = neuron + p_block.detach() * torch.relu(min_neurons - p_neuron.mean()) ** 2
     return {"head": torch.as_tensor(head), "dim": torch.as_tensor(dim), "neuron": torch.as_tensor(neuron)}
+
+
+def cost_penalty(probabilities: dict[str, list[torch.Tensor]], shapes: list[LayerShape], *, lambda_macro: float,
+                 lambda_micro: float, cost_model: str = "paper") -> dict[str, torch.Tensor]:
+    """Paper Eq. 7's cost terms: ``λ_macro·L_macro + λ_micro·L_micro``, each an expected cost over the dense one.
+
+    The paper's λ are O(1) while costs are ~1e9 MACs, so it must normalise and does not say how;
+    dividing by the dense prunable cost (the note's reading) makes ``L_macro + L_micro`` the expected
+    kept share of the prunable compute. Returns the terms and their weighted sum (``"loss"``).
+    """
+    macro, micro = gate_cost(probabilities, shapes, cost_model)
+    dense = dense_cost(shapes)
+    terms = {"macro": macro / dense, "micro": micro / dense}
+    return {**terms, "loss": lambda_macro * terms["macro"] + lambda_micro * terms["micro"]}
