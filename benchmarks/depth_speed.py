@@ -19,14 +19,13 @@ Weights are random (speed and MACs do not depend on them; nothing is downloaded)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from profile_deit import DTYPES, write_atomic
+from profile_deit import DTYPES, results_stem, write_results
 
 import vitprune
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
@@ -160,12 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size, "pairs": args.pairs, "warmup": args.warmup,
         "structure": structures, "speed": speeds,
     }
-    stem = f"depth_{torch.device(args.device).type}"
-    if args.dtype != "float32":
-        stem += f"_{args.dtype}"
-    write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / f"{stem}.md", to_markdown(report))
-    print(f"wrote {args.out_dir / stem}.json and .md")
+    write_results(args.out_dir, results_stem("depth", args.device, args.dtype), report, to_markdown(report))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from profile_deit import write_atomic
+from profile_deit import write_results
 
 import vitprune
 from vitprune.atomic import atomic_file
@@ -130,10 +129,9 @@ def main(argv: list[str] | None = None) -> None:
               "stage_seconds": {"budget": max(args.budgets), **reference["seconds"]},
               "step_time": _step_times(model, train, config), "results": results}
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out_dir / "hetdpt_digits.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / "hetdpt_digits.md", to_markdown(report))
+    write_results(args.out_dir, "hetdpt_digits", report, to_markdown(report))
     plot(report, args.out_dir / "hetdpt_digits.png")
-    print(f"wrote {args.out_dir}/hetdpt_digits.json, .md and .png")
+    print(f"wrote {args.out_dir}/hetdpt_digits.png")
 
 
 def to_markdown(report: dict[str, Any]) -> str:

@@ -12,8 +12,6 @@ a dtype other than float32).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 import timm
 import torch
 
+from vitprune.atomic import atomic_file, write_json
 from vitprune.measure import CONVENTIONS, count_macs, measure_speed
 
 MODELS = {
@@ -111,21 +110,23 @@ def to_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` so that ``path`` is never seen half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def results_stem(name: str, device: str, dtype: str = "float32") -> str:
+    """The file stem of a device-dependent result: ``name_<device type>``, plus ``_<dtype>`` unless fp32."""
+    stem = f"{name}_{torch.device(device).type}"
+    return stem if dtype == "float32" else f"{stem}_{dtype}"
+
+
+def write_results(out_dir: Path, stem: str, report: dict[str, Any], markdown: str) -> None:
+    """``<stem>.json`` and ``<stem>.md`` in ``out_dir``, each written so that it is never seen half-written."""
+    write_json(out_dir / f"{stem}.json", report)
+    with atomic_file(out_dir / f"{stem}.md") as tmp:
+        tmp.write_text(markdown, encoding="utf-8")
+    print(f"wrote {out_dir / stem}.json and .md")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Profile the chosen models and write the JSON and Markdown results."""
     args = parse_args(argv)
-    dtype = DTYPES[args.dtype]
     results = [profile(name, args) for name in args.models]
     env = results[0]["latency"]["context"]
     report = {
@@ -136,11 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         "warmup": args.warmup,
         "results": results,
     }
-    device = torch.device(args.device).type
-    stem = f"deit_{device}" if dtype == torch.float32 else f"deit_{device}_{args.dtype}"
-    write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / f"{stem}.md", to_markdown(report))
-    print(f"wrote {args.out_dir / stem}.json and .md")
+    write_results(args.out_dir, results_stem("deit", args.device, args.dtype), report, to_markdown(report))
 
 
 if __name__ == "__main__":

@@ -18,14 +18,13 @@ Nothing is downloaded. Writes ``<out-dir>/star_deit_<device>.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from profile_deit import DTYPES, write_atomic
+from profile_deit import DTYPES, results_stem, write_results
 
 import vitprune
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
@@ -151,10 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "structure": structure(), "speed": speed(args),
               "lrp": lrp_cost(args)}
-    stem = f"star_deit_{torch.device(args.device).type}"
-    write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / f"{stem}.md", to_markdown(report))
-    print(f"wrote {args.out_dir / stem}.json and .md")
+    write_results(args.out_dir, results_stem("star_deit", args.device, args.dtype), report, to_markdown(report))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from profile_deit import write_atomic
+from profile_deit import write_results
 
 import vitprune
 from vitprune.data import build_dataset, build_loader
@@ -146,9 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run, then write the JSON and Markdown."""
     args = parse_args(argv)
     report = run(args)
-    write_atomic(args.out_dir / "star_digits.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / "star_digits.md", to_markdown(report))
-    print(f"wrote {args.out_dir / 'star_digits'}.json and .md")
+    write_results(args.out_dir, "star_digits", report, to_markdown(report))
 
 
 if __name__ == "__main__":

@@ -19,14 +19,13 @@ model, then the global variance ranking. Writes ``<out-dir>/vbp_deit_<device>.js
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from profile_deit import DTYPES, write_atomic
+from profile_deit import DTYPES, results_stem, write_results
 from torch import nn
 
 import vitprune
@@ -210,12 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size, "pairs": args.pairs, "warmup": args.warmup,
         "structure": structures, "statistics": statistics, "speed": speeds,
     }
-    stem = f"vbp_deit_{torch.device(args.device).type}"
-    if args.dtype != "float32":
-        stem += f"_{args.dtype}"
-    write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / f"{stem}.md", to_markdown(report))
-    print(f"wrote {args.out_dir / stem}.json and .md")
+    write_results(args.out_dir, results_stem("vbp_deit", args.device, args.dtype), report, to_markdown(report))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from profile_deit import write_atomic
+from profile_deit import write_results
 
 import vitprune
 from vitprune.atomic import atomic_file
@@ -202,10 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     """Run, then write the JSON, Markdown and plot."""
     args = parse_args(argv)
     report = run(args)
-    write_atomic(args.out_dir / "vbp_digits.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / "vbp_digits.md", to_markdown(report))
+    write_results(args.out_dir, "vbp_digits", report, to_markdown(report))
     plot(report, args.out_dir / "vbp_digits.png")
-    print(f"wrote {args.out_dir / 'vbp_digits'}.json, .md and .png")
+    print(f"wrote {args.out_dir / 'vbp_digits'}.png")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
@@ -191,12 +192,8 @@ def vbp(
     json_out: bool = JSON_OPT,
 ) -> None:
     """VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; fine-tune if asked."""
-    from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_vbp
-    from vitprune.data import build_dataset
-    from vitprune.device import resolve_device
     from vitprune.methods.vbp.pipeline import VBPConfig, run_vbp
-    from vitprune.models import resolve_model
     from vitprune.training import TrainConfig
 
     finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, batch_size=batch_size, weight_decay=0.01, seed=seed)
@@ -205,20 +202,9 @@ def vbp(
                        calibration_images=calibration_images, seed=seed, finetune=finetune,
                        distill="soft" if distill else "none", alpha=alpha, tau=tau, speed_batch=speed_batch)
     config.validate()
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    input_size = get_adapter(dense).input_size
-    sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
-                                is_training=training)
-            for name, split, training in (("train", "train", True), ("val", "val", False),
-                                          ("calibration", "train", False))}
-    report = run_vbp(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out,
-                     config=config, device=resolve_device(device), progress=not json_out, resume=resume,
-                     log=(lambda _m: None) if json_out else err_console.print)
-    report["model"] = model
-    if json_out:
-        print_json(report)
-    else:
-        render_vbp(model, report)
+    _run_calibrated(run_vbp, render_vbp, config, model=model, data=data, out=out, pretrained=pretrained,
+                    checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
+                    json_out=json_out)
 
 
 class Anchor(str, Enum):
@@ -230,17 +216,20 @@ class Anchor(str, Enum):
 def star(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
-    out: Path = typer.Option(..., "--out", help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
+    out: Path = typer.Option(..., "--out",
+                             help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
     rho: Optional[float] = typer.Option(None, "--rho", help="Keep rate of the last block (sets every block's rate)."),
     macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention); finds rho."),
     rates: Optional[str] = typer.Option(None, "--rates", help="Hand-set keep rate per block, e.g. 1,1,1,0.7,...,0.5."),
     adaptive: bool = typer.Option(False, "--adaptive", help="a-STAR: per-image token counts (never more than STAR)."),
-    alpha: float = typer.Option(0.15, help="Weight of the online [CLS] attention vs the LRP prior (1: attention only)."),
+    alpha: float = typer.Option(0.15,
+                                help="Weight of the online [CLS] attention vs the LRP prior (1: attention only)."),
     anchor: Anchor = typer.Option(Anchor.paper, help="ACS anchors: paper (first/last block) or minmax."),
     acs_images: int = typer.Option(500, "--acs-images", min=1, help="Training images for the ACS (paper: 500)."),
     lrp_images: int = typer.Option(1280, "--lrp-images", min=1, help="Training images for the LRP prior."),
     classes: int = typer.Option(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6)."),
-    finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0, help="Fine-tuning epochs (paper: 120; 0: none)."),
+    finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0,
+                                        help="Fine-tuning epochs (paper: 120; 0: none)."),
     distill: Distill = typer.Option(Distill.hard, help="Distillation from the unpruned model while fine-tuning."),
     lr: float = typer.Option(2e-5, "--lr", help="Fine-tuning learning rate (paper: cosine 2e-5 -> 2e-9)."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Fine-tuning batch."),
@@ -255,12 +244,8 @@ def star(
     json_out: bool = JSON_OPT,
 ) -> None:
     """STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates."""
-    from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_star
-    from vitprune.data import build_dataset
-    from vitprune.device import resolve_device
     from vitprune.methods.star.pipeline import STARConfig, run_star
-    from vitprune.models import resolve_model
     from vitprune.training import TrainConfig
 
     finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, min_lr=lr * 1e-4, batch_size=batch_size, seed=seed)
@@ -270,20 +255,9 @@ def star(
                         anchor=anchor.value, acs_images=acs_images, lrp_images=lrp_images, classes=classes,
                         seed=seed, finetune=finetune, distill=distill.value, speed_batch=speed_batch)
     config.validate()
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    input_size = get_adapter(dense).input_size
-    sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
-                                is_training=training)
-            for name, split, training in (("train", "train", True), ("val", "val", False),
-                                          ("calibration", "train", False))}
-    report = run_star(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out,
-                      config=config, device=resolve_device(device), progress=not json_out, resume=resume,
-                      log=(lambda _m: None) if json_out else err_console.print)
-    report["model"] = model
-    if json_out:
-        print_json(report)
-    else:
-        render_star(model, report)
+    _run_calibrated(run_star, render_star, config, model=model, data=data, out=out, pretrained=pretrained,
+                    checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
+                    json_out=json_out)
 
 
 def _parse_rates(text: str | None) -> list[float] | None:
@@ -293,3 +267,29 @@ def _parse_rates(text: str | None) -> list[float] | None:
         return [float(part) for part in text.split(",")]
     except ValueError:
         raise VitpruneError(f"--rates takes comma-separated keep rates such as 1,1,0.7; got {text!r}") from None
+
+
+def _run_calibrated(run: Callable[..., dict], render: Callable[[str, dict], None], config: Any, *, model: str,
+                    data: str, out: Path, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
+                    download: bool, device: str, resume: bool, json_out: bool) -> None:
+    """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
+    method's pipeline into --out and show its report."""
+    from vitprune.adapters import get_adapter
+    from vitprune.data import build_dataset
+    from vitprune.device import resolve_device
+    from vitprune.models import resolve_model
+
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    input_size = get_adapter(dense).input_size
+    sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
+                                is_training=training)
+            for name, split, training in (("train", "train", True), ("val", "val", False),
+                                          ("calibration", "train", False))}
+    report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
+                 device=resolve_device(device), progress=not json_out, resume=resume,
+                 log=(lambda _m: None) if json_out else err_console.print)
+    report["model"] = model
+    if json_out:
+        print_json(report)
+    else:
+        render(model, report)

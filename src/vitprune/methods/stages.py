@@ -1,10 +1,20 @@
-"""What every method's pipeline shares: named stages, timed and announced as they start."""
+"""What every method's pipeline shares: named stages timed as they run, the run directory,
+calibration loaders, and recovery (evaluate right after pruning, fine-tune, evaluate again)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from vitprune.data import balanced_subset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.training import TrainConfig, evaluate, finetune_pruned
 
 T = TypeVar("T")
 
@@ -23,3 +33,40 @@ class Stages:
         result = fn()
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
         return result
+
+
+def prepare_run_dir(run_dir: str | Path, resume: bool) -> Path:
+    """Create ``run_dir``; without ``resume``, one that holds a previous run is a one-line error."""
+    run_dir = Path(run_dir)
+    if not resume and run_dir.exists() and any(run_dir.iterdir()):
+        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def calibration_loader(dataset: Dataset, images: int | None, batch_size: int, seed: int) -> DataLoader:
+    """An unshuffled loader over ``dataset``, or over a class-balanced subset of ``images`` of it."""
+    if images is not None and images < len(dataset):
+        dataset = balanced_subset(dataset, images, seed=seed)
+    return build_loader(dataset, batch_size, shuffle=False, seed=seed)
+
+
+def recover(stages: Stages, pruned: nn.Module, teacher: nn.Module, train_set: Dataset, val_loader: DataLoader,
+            finetune: TrainConfig | None, *, val_set: Dataset, distill: str, alpha: float, tau: float,
+            run_dir: Path, device: torch.device, progress: bool, resume: bool) -> dict[str, Any]:
+    """Top-1 of ``pruned`` right after pruning and, with ``finetune``, after fine-tuning it in place (and its best
+    epoch), distilling from ``teacher`` as ``distill`` says; the run's checkpoints go to ``run_dir``."""
+    top1 = {"pruned": stages.run("evaluate right after pruning", lambda: evaluate(pruned, val_loader)["top1"])}
+    if finetune is not None:
+        history = stages.run("fine-tune", lambda: finetune_pruned(
+            pruned, train_set, val_set, finetune, teacher=teacher, distill=distill, alpha=alpha, tau=tau,
+            run_dir=run_dir, device=device, progress=progress, resume=resume))
+        top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
+        top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
+    return top1
+
+
+def retention(top1: dict[str, Any]) -> dict[str, float | None]:
+    """Each pruned accuracy as a share of ``top1["dense"]`` (``None`` for a dense accuracy of 0)."""
+    dense = top1["dense"]
+    return {k: v / dense if dense else None for k, v in top1.items() if k != "dense"}

@@ -35,7 +35,7 @@ from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
-from vitprune.methods.stages import Stages
+from vitprune.methods.stages import Stages, prepare_run_dir
 from vitprune.recipe import save
 from vitprune.surgery import (
     ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
@@ -184,10 +184,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     config = config or HetDPTConfig()
     config.validate()
     check_budget(model, budget, split)
-    run_dir = Path(run_dir)
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
-        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_run_dir(run_dir, resume)
     if predictor is not None and not Path(predictor).is_file():
         raise VitpruneError(f"predictor file {predictor} does not exist")
     device = torch.device(device) if device is not None else next(model.parameters()).device

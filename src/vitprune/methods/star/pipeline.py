@@ -27,16 +27,16 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.atomic import atomic_file, read_json, write_json
-from vitprune.data import balanced_subset, build_loader
+from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.stages import Stages
+from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention
 from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.schedule import (
     ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
 )
 from vitprune.recipe import save
-from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
+from vitprune.training import KINDS, TrainConfig, evaluate
 
 ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE = "acs.json", "inter.safetensors", "schedule.json", "report.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", "model"
@@ -116,18 +116,14 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         check_reachable(model, config.target_macs)
     if config.rates is not None and len(config.rates) != len(model.blocks):
         raise VitpruneError(f"{len(config.rates)} keep rates for a model of {len(model.blocks)} blocks")
-    run_dir = Path(run_dir)
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
-        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_run_dir(run_dir, resume)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device)
     stages = Stages(log)
     calibration = calibration_set if calibration_set is not None else train_set
 
     def loader(images: int):
-        subset = calibration if images >= len(calibration) else balanced_subset(calibration, images, seed=config.seed)
-        return build_loader(subset, config.calibration_batch, shuffle=False, seed=config.seed)
+        return calibration_loader(calibration, images, config.calibration_batch, config.seed)
 
     val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
@@ -150,15 +146,10 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
 
     pruned = copy.deepcopy(model)
     apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
-    top1 = {"dense": dense_top1,
-            "pruned": stages.run("evaluate right after pruning", lambda: evaluate(pruned, val_loader)["top1"])}
-    if config.finetune is not None:
-        history = stages.run("fine-tune", lambda: finetune_pruned(
-            pruned, train_set, val_set, config.finetune, teacher=model, distill=config.distill,
-            alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
-            progress=progress, resume=resume))
-        top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
-        top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
+    top1 = {"dense": dense_top1, **recover(
+        stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
+        alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
+        progress=progress, resume=resume)}
     save(pruned, run_dir / MODEL_DIR, metadata={"star": {"rho": rho, "alpha": config.alpha,
                                                          "adaptive": config.adaptive, "keep_rates": rates}})
     comparison = stages.run("measure speed", lambda: compare_speed(
@@ -166,7 +157,7 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         progress=progress))
     report = {
         "rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates, "acs": acs,
-        "top1": top1, "retention": {k: v / dense_top1 if dense_top1 else None for k, v in top1.items() if k != "dense"},
+        "top1": top1, "retention": retention(top1),
         "dense": count_macs(model).totals(), "pruned": _footprint(pruned, val_set, config),
         "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(), "seconds": stages.seconds,
         "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),

@@ -26,15 +26,15 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.atomic import atomic_file, read_json, write_json
-from vitprune.data import balanced_subset, build_loader
+from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.stages import Stages
+from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention
 from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
 from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
 from vitprune.recipe import save
-from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
+from vitprune.training import KINDS, TrainConfig, evaluate
 
 STATISTICS_FILE, SELECTION_FILE, REPORT_FILE = "statistics.safetensors", "selection.json", "report.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", "model"
@@ -106,10 +106,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     config.validate()
     removal_count((v.mlp.hidden_features for v in hidden_mlps(model)), config.ratio, rounding=config.rounding,
                   min_width=config.min_width)
-    run_dir = Path(run_dir)
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
-        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_run_dir(run_dir, resume)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device)
     stages = Stages(log)
@@ -117,10 +114,8 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
 
     val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stage("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
-    calibration = calibration_set if calibration_set is not None else train_set
-    if config.calibration_images is not None and config.calibration_images < len(calibration):
-        calibration = balanced_subset(calibration, config.calibration_images, seed=config.seed)
-    loader = build_loader(calibration, config.calibration_batch, shuffle=False, seed=config.seed)
+    loader = calibration_loader(calibration_set if calibration_set is not None else train_set,
+                                config.calibration_images, config.calibration_batch, config.seed)
 
     stats = None
     if config.needs_statistics:
@@ -130,14 +125,10 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
 
     pruned = copy.deepcopy(model)
     prune_by_selection(pruned, removed, stats if config.compensate else None)
-    top1 = {"dense": dense_top1, "pruned": stage("evaluate right after pruning",
-                                                 lambda: evaluate(pruned, val_loader)["top1"])}
-    if config.finetune is not None:
-        history = stage("fine-tune", lambda: finetune_pruned(
-            pruned, train_set, val_set, config.finetune, teacher=model, distill=config.distill, alpha=config.alpha,
-            tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress, resume=resume))
-        top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
-        top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
+    top1 = {"dense": dense_top1, **recover(
+        stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
+        alpha=config.alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress,
+        resume=resume)}
     summary = {"ratio": config.ratio, "criterion": config.criterion, "compensate": config.compensate,
                "removed": sum(map(len, removed.values()))}
     save(pruned, run_dir / MODEL_DIR, metadata={"vbp": summary})
@@ -149,7 +140,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
         progress=progress))
     report = {
         **summary, "widths": widths["pruned"], "widths_dense": widths["dense"], "top1": top1,
-        "retention": {k: v / dense_top1 if dense_top1 else None for k, v in top1.items() if k != "dense"},
+        "retention": retention(top1),
         "dense": count_macs(model).totals(), "pruned": count_macs(pruned).totals(), "mac_conventions": CONVENTIONS,
         "speed": comparison.to_dict(), "seconds": stages.seconds, "config": config.to_dict(),
         "model_dir": str(run_dir / MODEL_DIR),
