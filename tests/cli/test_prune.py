@@ -198,3 +198,34 @@ def test_prune_star_user_errors(capsys, tmp_path, args, pattern):
     code, _, err = run(capsys, "prune", "star", "digits-vit", "--no-pretrained", "--data", "digits", "--out",
                        str(tmp_path / "x"), *args)
     assert_one_line_error(code, err, pattern)
+
+
+def test_prune_hiap_runs_shows_the_live_view_and_reports(capsys, tmp_path, monkeypatch):
+    from vitprune.cli.app import console, err_console
+
+    monkeypatch.setattr(console, "width", 200)
+    monkeypatch.setattr(err_console, "width", 400)
+    out = tmp_path / "run"
+    dense_macs = count_macs(vitprune.create_model("digits-vit")).macs
+    code, stdout, err = run(capsys, "prune", "hiap", "digits-vit", "--no-pretrained", "--data", "digits", "--macs",
+                            str(0.7 * dense_macs / 1e9), "--epochs", "1", "--lr", "1e-3", "--speed-batch", "2",
+                            "--out", str(out))
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert count_macs(vitprune.load(out / "model")).macs == report["pruned"]["macs_full"] <= 0.7 * dense_macs
+    assert "epoch 1: MACs expected" in err and "0:" in err and "11:" in err  # the live per-block view
+    assert "HiAP on digits-vit (starting checkpoint: digits-vit): target" in stdout
+    assert "extracted architecture" in stdout and "MACs (full)" in stdout and "alternating pairs" in stdout
+    assert (out / "architecture.png").exists() and str(out / "architecture.png") in stdout
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--macs", "1"], "the MAC target 1G must lie between what HiAP cannot prune"),
+    (["--lambda-macro", "-1"], "the penalty weights λ must be >= 0"),
+    (["--data", "/no/such/dir"], "/no/such/dir"),
+], ids=["target-too-big", "negative-lambda", "missing-data"])
+def test_prune_hiap_user_errors(capsys, tmp_path, args, pattern):
+    data = [] if "--data" in args else ["--data", "digits"]
+    code, _, err = run(capsys, "prune", "hiap", "digits-vit", "--no-pretrained", "--epochs", "1", "--out",
+                       str(tmp_path / "x"), *data, *args)
+    assert_one_line_error(code, err, pattern)

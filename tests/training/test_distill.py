@@ -57,6 +57,16 @@ def test_soft_matches_hand_computation(data, tau, alpha):
     assert criterion.last == pytest.approx({"base": base.item(), "distill": distill.item()})
 
 
+def test_soft_per_image_is_the_batch_mean_kl(data):
+    images, student, teacher_logits, targets = data
+    criterion = DistillationLoss(nn.CrossEntropyLoss(), FixedTeacher(teacher_logits), "soft", 1.0, 4.0,
+                                 per_image=True)
+    expected = F.kl_div(torch.log_softmax(student / 4, dim=1), torch.log_softmax(teacher_logits / 4, dim=1),
+                        reduction="batchmean", log_target=True) * 16
+    torch.testing.assert_close(criterion(images, student, targets), expected)
+    torch.testing.assert_close(expected, _soft_by_hand(student, teacher_logits, 4.0) * CLASSES)
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
 def test_hard_matches_hand_computation(data, alpha):
     images, student, teacher_logits, targets = data

@@ -260,6 +260,69 @@ def star(
                     json_out=json_out)
 
 
+class CostModel(str, Enum):
+    paper = "paper"
+    exact = "exact"
+
+
+@prune_app.command()
+def hiap(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    out: Path = typer.Option(..., "--out", help="Run directory: training run, gates, model/, plot, report."),
+    macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention): a "
+                                                              "controller steers the λ (an extension)."),
+    lambda_macro: float = typer.Option(0.9, "--lambda-macro", help="Weight of the expected head cost (paper: 0.9)."),
+    lambda_micro: float = typer.Option(0.45, "--lambda-micro",
+                                       help="Weight of the expected value-dim and neuron cost (paper: 0.45)."),
+    epochs: int = typer.Option(..., "--epochs", min=1, help="Epochs of the single training phase (paper: 200)."),
+    lr: float = typer.Option(5e-5, "--lr", help="Weight learning rate (paper: 5e-5, AdamW)."),
+    gate_lr: Optional[float] = typer.Option(None, "--gate-lr", help="Gate-logit learning rate (default: "
+                                                                    "10·|gate init| over the run's steps)."),
+    batch_size: int = typer.Option(256, "--batch-size", "-b", min=1, help="Global batch (paper: 256)."),
+    cost_model: CostModel = typer.Option(CostModel.paper, "--cost-model",
+                                         help="paper (Eq. 5's constants) or exact (what extraction realises)."),
+    soft: bool = typer.Option(False, "--soft", help="Soft Gumbel-sigmoid gates in the forward (default: hard-ST)."),
+    seed: int = typer.Option(0, help="Seed of training and of the gate samples."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out."),
+    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    speed_batch: int = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement."),
+    device: str = DEVICE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the model."""
+    from vitprune.adapters import get_adapter
+    from vitprune.cli.render import render_hiap, render_hiap_epoch
+    from vitprune.data import build_dataset
+    from vitprune.device import resolve_device
+    from vitprune.methods.hiap import HiAPConfig, run_hiap
+    from vitprune.models import resolve_model
+    from vitprune.training import TrainConfig
+
+    train = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, warmup_epochs=0.0)
+    config = HiAPConfig(lambda_macro=lambda_macro, lambda_micro=lambda_micro,
+                        target_macs=None if macs is None else macs * 1e9, cost_model=cost_model.value, hard=not soft,
+                        gate_lr=gate_lr)
+    config.validate()
+    train.validate()
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    input_size = get_adapter(dense).input_size
+    train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
+    val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
+    report = run_hiap(dense, train_set, val_set, run_dir=out, train=train, config=config,
+                      device=resolve_device(device), progress=not json_out, resume=resume, speed_batch=speed_batch,
+                      log=(lambda _m: None) if json_out else err_console.print,
+                      on_epoch=None if json_out else lambda stats: render_hiap_epoch(stats, config.target_macs))
+    report["model"] = model
+    if json_out:
+        print_json(report)
+    else:
+        render_hiap(model, report)
+
+
 def _parse_rates(text: str | None) -> list[float] | None:
     if text is None:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from vitprune.cli.app import console
+from vitprune.cli.app import console, err_console
 from vitprune.measure import Comparison, MacReport, SpeedResult, format_count
 
 
@@ -117,6 +117,42 @@ def render_star(model: str, report: dict) -> None:
         cell = (f"{100 * top1['finetuned']:.2f}% after fine-tuning ({_share(retention['finetuned'])} of dense); "
                 + cell)
     _render_gains(model, kind, cell, report)
+
+
+def render_hiap_epoch(stats: dict, target_macs: float | None) -> None:
+    """The live view after each HiAP epoch: MACs (expected, hardened) against the budget, and per block the
+    heads, value dims and neurons the hardened gates keep (expected counts in brackets)."""
+    target = "" if target_macs is None else f" / target {format_count(target_macs)}"
+    err_console.print(
+        f"epoch {stats['epoch']}: MACs expected {format_count(stats['macs_expected_exact'])} (exact), hardened "
+        f"{format_count(stats['macs_hardened'])}{target}; τ {stats['tau']:.2f}, λ scale {stats['lambda_scale']:.2f}, "
+        f"undecided gates {100 * stats['undecided']:.0f}%, hardened val top-1 "
+        f"{100 * stats.get('val_top1', float('nan')):.2f}%")
+    err_console.print("  " + "  ".join(_layer_cell(i, layer) for i, layer in enumerate(stats["layers"])))
+
+
+def _layer_cell(index: int, layer: dict) -> str:
+    ffn = f"{layer['neurons']}n" if layer["ffn"] else "ffn×"
+    return (f"{index}:{layer['heads']}h[{layer['expected_heads']:.1f}]·{sum(layer['value_dims'])}d/"
+            f"{ffn}[{layer['expected_neurons']:.0f}]")
+
+
+def render_hiap(model: str, report: dict) -> None:
+    """What HiAP kept per block and what it gained: budget, accuracy (extracted, no fine-tuning), MACs, speed."""
+    budget = ("no MAC target (fixed λ)" if report["target_macs"] is None else
+              f"target {format_count(report['target_macs'])} MACs, hardening threshold {report['threshold']:.3f}")
+    console.print(f"[bold]HiAP on {model}[/] (starting checkpoint: {model}): {budget}; kept {report['heads']} heads, "
+                  f"{report['neurons']} FFN neurons; FFN blocks closed: {report['ffn_closed'] or 'none'}")
+    table = Table("block", "heads", "value dims per head", "FFN neurons", title="extracted architecture")
+    for i, layer in enumerate(report["layers"]):
+        table.add_row(str(i), f"{layer['heads']}/{layer['heads_of']}",
+                      ", ".join(map(str, layer["value_dims"])) or "-",
+                      f"{layer['neurons']}/{layer['neurons_of']}" if layer["ffn"] else "closed")
+    console.print(table)
+    top1 = report["top1"]
+    cell = f"{100 * top1['extracted']:.2f}% extracted, no fine-tuning ({_share(top1['extracted'] / top1['dense'])})"
+    _render_gains(model, "HiAP", cell, report)
+    console.print(f"per-block architecture plot: {report['plot']}")
 
 
 def _share(value: float | None) -> str:

@@ -29,7 +29,8 @@ class DistillationLoss(nn.Module):
 
     - ``"none"``: ``base_criterion(cls_logits, targets)`` only; the teacher is never run.
     - ``"soft"``: the KL divergence between the teacher's and the student's softmax at temperature ``tau``,
-      times ``tau**2``, summed and divided by the number of logits (batch x classes) as DeiT does.
+      times ``tau**2``, summed and divided by the number of logits (batch x classes) as DeiT does, or by
+      the number of images (``per_image``: Hinton's batch-mean KL, as HiAP's KD reads).
     - ``"hard"``: cross-entropy between the student's logits and the teacher's top-1 class.
 
     The teacher is frozen (``requires_grad`` off) and always run in eval mode under ``torch.no_grad()``, once
@@ -44,6 +45,7 @@ class DistillationLoss(nn.Module):
         kind: str = "none",
         alpha: float = 0.5,
         tau: float = 1.0,
+        per_image: bool = False,
     ) -> None:
         super().__init__()
         if kind not in KINDS:
@@ -59,6 +61,7 @@ class DistillationLoss(nn.Module):
         self.kind = kind
         self.alpha = alpha
         self.tau = tau
+        self.per_image = per_image
         self.last: dict[str, float] = {}
 
     def forward(self, images: torch.Tensor, outputs: StudentOutputs, targets: torch.Tensor) -> torch.Tensor:
@@ -75,14 +78,14 @@ class DistillationLoss(nn.Module):
                 f"{tuple(dist_logits.shape)}; teacher and student must predict the same classes"
             )
         if self.kind == "soft":
-            distill = _soft_distillation(dist_logits, teacher_logits, self.tau)
+            distill = _soft_distillation(dist_logits, teacher_logits, self.tau, self.per_image)
         else:
             distill = F.cross_entropy(dist_logits, teacher_logits.argmax(dim=1))
         self.last = {"base": float(base.detach()), "distill": float(distill.detach())}
         return (1.0 - self.alpha) * base + self.alpha * distill
 
     def extra_repr(self) -> str:
-        return f"kind={self.kind!r}, alpha={self.alpha}, tau={self.tau}"
+        return f"kind={self.kind!r}, alpha={self.alpha}, tau={self.tau}, per_image={self.per_image}"
 
     @torch.no_grad()
     def _teacher_logits(self, images: torch.Tensor) -> torch.Tensor:
@@ -124,12 +127,12 @@ def _split_heads(outputs: StudentOutputs) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def _soft_distillation(student: torch.Tensor, teacher: torch.Tensor, tau: float) -> torch.Tensor:
+def _soft_distillation(student: torch.Tensor, teacher: torch.Tensor, tau: float, per_image: bool) -> torch.Tensor:
     # DeiT divides by numel (batch x classes), not the batch size; kept so alpha/tau match its recipes.
     kl = F.kl_div(
         F.log_softmax(student / tau, dim=1), F.log_softmax(teacher / tau, dim=1), reduction="sum", log_target=True
     )
-    return kl * (tau * tau) / student.numel()
+    return kl * (tau * tau) / (len(student) if per_image else student.numel())
 
 
 __all__ = ["KINDS", "DistillationLoss", "make_teacher", "use_distillation_head"]

@@ -107,7 +107,14 @@ class TrainHooks:
         return None
 
     def on_epoch_end(self, trainer: Trainer, stats: dict[str, float]) -> None:
-        """After each epoch's statistics are known."""
+        """After each epoch's statistics are known (entries added to ``stats`` are logged with them)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hooks' own state that a resumed run needs (plain values and tensors), saved in each checkpoint."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
 
 
 class _Supervised(nn.Module):
@@ -318,6 +325,7 @@ class Trainer:
                 "config": asdict(self.config), "epoch": self.epoch, "batch": self.batch, "step": self.step,
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rng": self._boundary_rng if self.batch else _rng_state(),
+                "hooks": self.hooks.state_dict(),
             }
             torch.save(state, tmp / STATE_FILE)
             if self.ema is not None:
@@ -336,6 +344,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+        self.hooks.load_state_dict(state.get("hooks", {}))
         if self.ema is not None:
             safetensors.torch.load_model(self.ema.module, str(path / "ema.safetensors"), device=str(self.device))
         self.epoch, self.batch, self.step = state["epoch"], state["batch"], state["step"]

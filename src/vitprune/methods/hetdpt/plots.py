@@ -12,13 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitprune.atomic import atomic_file
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
+from vitprune.plotting import figure, save_figure
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
     from vitprune.methods.hetdpt.predictor import PredictorFit, Split
 
 _COLORS = {"attention": "tab:blue", "activation": "tab:orange"}
@@ -29,7 +27,7 @@ def plot_gradient_disparity(result: dict[str, Any], path: str | os.PathLike) -> 
 
     ``result`` is what :func:`~vitprune.methods.hetdpt.gradient_disparity` returns (or its JSON).
     """
-    fig = _figure(figsize=(8, 4))
+    fig = figure(figsize=(8, 4))
     ax = fig.subplots()
     blocks = sorted({int(b) for kind in LAYER_TYPES for b in result[kind]})
     width = 0.4
@@ -44,7 +42,7 @@ def plot_gradient_disparity(result: dict[str, Any], path: str | os.PathLike) -> 
     ratio = result["summary"]["ratio"]
     ax.set_title("Gradient disparity" + (f" (activation / attention = {ratio:.3g})" if ratio is not None else ""))
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_recovery(result: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -53,7 +51,7 @@ def plot_recovery(result: dict[str, Any], path: str | os.PathLike) -> Path:
     ``result`` is what :func:`~vitprune.methods.hetdpt.recovery_asymmetry` returns (or its JSON);
     a dashed line marks the dense model.
     """
-    fig = _figure(figsize=(10, 4))
+    fig = figure(figsize=(10, 4))
     axes = fig.subplots(1, len(LAYER_TYPES), sharey=True, squeeze=False)[0]
     for ax, kind in zip(axes, LAYER_TYPES):
         rows = sorted((r for r in result["layers"] if r["type"] == kind), key=lambda r: r["block"])
@@ -67,22 +65,7 @@ def plot_recovery(result: dict[str, Any], path: str | os.PathLike) -> Path:
     axes[0].set_ylabel("top-1 (%)")
     axes[0].set_ylim(0, 100)
     axes[0].legend(loc="lower left")
-    return _save(fig, path)
-
-
-def _figure(**kwargs: Any) -> Figure:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise VitpruneError("plotting needs matplotlib, a vitprune dependency that is missing: "
-                            "pip install matplotlib") from None
-    return Figure(layout="constrained", **kwargs)
-
-
-def _save(fig: Figure, path: str | os.PathLike) -> Path:
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def plot_predictor(fit: PredictorFit, path: str | os.PathLike, *, budget: int | None = None,
@@ -100,7 +83,7 @@ def plot_predictor(fit: PredictorFit, path: str | os.PathLike, *, budget: int | 
     if budget is not None and num_layers is None:
         raise VitpruneError("plot_predictor needs num_layers to draw a budget or a split")
     scale = num_layers or 1
-    fig = _figure(figsize=(6, 5))
+    fig = figure(figsize=(6, 5))
     ax = fig.subplots()
     grid = np.linspace(0, scale, 121)
     pruned_attn, pruned_act = np.meshgrid(grid, grid)
@@ -127,4 +110,4 @@ def plot_predictor(fit: PredictorFit, path: str | os.PathLike, *, budget: int | 
     ax.set_aspect("equal")
     ax.set_title(f"MAP, degree {fit.degree} (L2OCV MAE {fit.mae:.3f}, RMSE {fit.rmse:.3f})")
     ax.legend(loc="upper right", fontsize="small")
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -21,9 +21,9 @@ from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.surgery import prune_attention_dims, prune_heads, prune_mlp_neurons
 
 
-def extract(model: nn.Module, gates: HiAPGates) -> list[dict]:
-    """Apply ``gates``' hardened decisions to ``model`` in place; returns what each block keeps."""
-    hard = gates.hardened()
+def extract(model: nn.Module, gates: HiAPGates, threshold: float = 0.0) -> list[dict]:
+    """Apply ``gates``' decisions hardened at ``threshold`` to ``model`` in place; returns what each block keeps."""
+    hard = gates.hardened(threshold)
     kept = []
     for layer, shape in enumerate(layer_shapes(model)):
         head, dim = hard["head"][layer] > 0, hard["dim"][layer] > 0

@@ -84,6 +84,6 @@ class HiAPGates(nn.Module):
         return {name: [gumbel_sigmoid(a, tau, hard=hard, generator=generator) for a in self.family(name)]
                 for name in FAMILIES}
 
-    def hardened(self) -> dict[str, list[torch.Tensor]]:
-        """The deterministic gates ``1[α > 0]`` (float), as evaluation and extraction use them."""
-        return {name: [(a.detach() > 0).float() for a in self.family(name)] for name in FAMILIES}
+    def hardened(self, threshold: float = 0.0) -> dict[str, list[torch.Tensor]]:
+        """The deterministic gates ``1[α > threshold]`` (float); the paper's 0 is ``σ(α) > 0.5``."""
+        return {name: [(a.detach() > threshold).float() for a in self.family(name)] for name in FAMILIES}

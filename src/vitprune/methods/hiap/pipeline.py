@@ -1,0 +1,116 @@
+"""The HiAP pipeline: train weights and gates in one phase, harden, extract, measure, save.
+
+    run_dir/search/             the training run (checkpoints with the gates, metrics.jsonl with the
+                                per-layer view of every epoch)
+    run_dir/gates.safetensors   the final gate logits
+    run_dir/model/              the extracted model: recipe + weights
+    run_dir/architecture.png    what each block keeps
+    run_dir/report.json         top-1 (dense, hardened-gated, extracted), MAC budget and result, params,
+                                MACs (both conventions), paired speed, seconds
+
+As the paper, the extracted model is not fine-tuned again (``vitprune finetune`` can).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.atomic import atomic_file, write_json
+from vitprune.data import build_loader
+from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.methods.hiap.cost import dense_cost, layer_shapes
+from vitprune.methods.hiap.extract import extract
+from vitprune.methods.hiap.gates import HiAPGates
+from vitprune.methods.hiap.plots import plot_architecture
+from vitprune.methods.hiap.search import (
+    HiAPConfig, budget_share, budget_threshold, hardened_macs, layer_summary, train_gates,
+)
+from vitprune.methods.stages import Stages, prepare_run_dir
+from vitprune.recipe import save
+from vitprune.training import TrainConfig, evaluate
+from vitprune.training.engine import METRICS_FILE
+
+SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", "model"
+PLOT_FILE, REPORT_FILE = "architecture.png", "report.json"
+
+
+def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path, train: TrainConfig,
+             config: HiAPConfig | None = None, device: torch.device | str | None = None, progress: bool = False,
+             log: Callable[[str], None] = lambda _msg: None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+             resume: bool = False, speed_batch: int = 16, speed_pairs: int = 10,
+             budget_tolerance: float = 0.02) -> dict[str, Any]:
+    """HiAP on a copy of ``model``: train it with its gates for ``train``'s epochs, extract it; returns the report.
+
+    With ``config.target_macs`` the controller steers λ towards the budget and the extraction's
+    hardening threshold is the one nearest the paper's 0 that lands within ``budget_tolerance``
+    below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``resume``
+    continues the training run in ``run_dir``; without it a ``run_dir`` holding a run is an error.
+    """
+    config = config or HiAPConfig()
+    config.validate()
+    train.validate()
+    shapes = layer_shapes(model)
+    if config.target_macs is not None:
+        budget_share(model, config.target_macs)
+    run_dir = prepare_run_dir(run_dir, resume)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model = model.to(device)
+    stages = Stages(log)
+    val_loader = build_loader(val_set, 256, shuffle=False, seed=0)
+    top1 = {"dense": stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])}
+
+    work = copy.deepcopy(model)
+    gates, history = stages.run("train weights and gates", lambda: train_gates(
+        work, train_set, config, train, val_set=val_set, teacher=model, run_dir=run_dir / SEARCH_DIR, device=device,
+        resume=resume, progress=progress, on_epoch=on_epoch))
+    _save_gates(gates, run_dir / GATES_FILE)
+    dense_macs = count_macs(model)
+    fixed = dense_macs.macs - dense_cost(shapes)
+    threshold = 0.0
+    if config.target_macs is not None:
+        threshold = budget_threshold(gates, fixed, config.target_macs, budget_tolerance)
+    layers = layer_summary(gates, threshold)
+    predicted = hardened_macs(gates, fixed, threshold)
+    stages.run("extract the pruned model", lambda: extract(work, gates, threshold))
+    top1["extracted"] = evaluate(work, val_loader)["top1"]
+    if history and "val_top1" in history[-1]:  # the hardened gates on the unextracted model
+        top1["gated_last_epoch"] = history[-1]["val_top1"]
+    summary = {"target_macs": config.target_macs, "threshold": threshold, "macs_predicted": predicted,
+               "heads": sum(layer["heads"] for layer in layers), "neurons": sum(layer["neurons"] for layer in layers),
+               "ffn_closed": [b for b, layer in enumerate(layers) if not layer["ffn"]]}
+    save(work, run_dir / MODEL_DIR, metadata={"hiap": summary})
+    plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} M MACs "
+                                                         f"(dense {dense_macs.macs / 1e6:.2f} M)")
+    comparison = stages.run("measure speed", lambda: compare_speed(
+        work, model, batch_size=speed_batch, device=device, pairs=speed_pairs, warmup=2, progress=progress))
+    report = {
+        **summary, "layers": layers, "top1": top1, "dense": dense_macs.totals(), "pruned": count_macs(work).totals(),
+        "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(), "seconds": stages.seconds,
+        "config": config.to_dict(), "train": asdict(train), "history": [
+            {k: v for k, v in h.items() if k != "layers"} for h in _history(run_dir / SEARCH_DIR)],
+        "model_dir": str(run_dir / MODEL_DIR), "plot": str(run_dir / PLOT_FILE),
+    }
+    write_json(run_dir / REPORT_FILE, report)
+    return report
+
+
+def _history(search_dir: Path) -> list[dict[str, Any]]:
+    """Every epoch's statistics, those of earlier (interrupted) calls included."""
+    path = search_dir / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _save_gates(gates: HiAPGates, path: Path) -> None:
+    tensors = {name: param.detach().cpu().contiguous() for name, param in gates.named_parameters()}
+    with atomic_file(path) as tmp:
+        save_file(tensors, str(tmp))

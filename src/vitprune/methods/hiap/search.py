@@ -1,0 +1,302 @@
+"""HiAP's single-phase training (paper Eq. 7, Alg. in note §1.8): weights and gate logits learn together.
+
+Each forward in training mode draws one Gumbel-sigmoid sample per gate (shared by the batch) from a
+generator seeded by the step, so every torchrun process draws the same architecture and a resumed
+run draws what the uninterrupted one would; in eval mode the gates are the hardened ``1[α > 0]``,
+so the validation accuracy logged each epoch is that of the model extraction will cut out.
+
+The loss is the engine's criterion (cross-entropy + KD from the dense teacher) plus the expected
+cost penalty ``λ_macro·L_macro + λ_micro·L_micro`` and the feasibility penalties. The gate logits
+ride on the model as the ``hiap_gates`` submodule while training, so DDP averages their gradients
+and the checkpoints hold them, and train in their own optimizer group (``gate_lr``, no decay).
+
+Budget targeting (an extension, note §1.7): with ``target_macs`` the two λ are scaled by a factor
+that dual ascent steers each step, up while the model costs more than the target and down (to
+zero) while it costs less. "Costs" is the larger of the expected and the hardened exact cost, so
+the architecture extraction will give, not only its expectation, is held to the budget.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.errors import VitpruneError
+from vitprune.measure import count_macs, format_count
+from vitprune.methods.hiap.cost import COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
+from vitprune.methods.hiap.gated import GatedForward
+from vitprune.methods.hiap.gates import HiAPGates, LayerShape, temperature
+from vitprune.training import TrainConfig, Trainer, TrainHooks
+from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
+from vitprune.training.progress import training_progress
+
+#: Name of the gate module on the model while it trains.
+GATES_ATTR = "hiap_gates"
+
+
+@dataclass
+class HiAPConfig:
+    """HiAP's settings besides the training recipe; defaults are the paper's where it gives them (note §2)."""
+
+    #: Penalty weights (paper's best DeiT-S ratio 2:1); with ``target_macs`` they set the macro:micro ratio
+    #: and the controller's starting point.
+    lambda_macro: float = 0.9
+    lambda_micro: float = 0.45
+    #: Total MACs per image (full convention) to reach; ``None``: the paper's fixed-λ penalty.
+    target_macs: float | None = None
+    #: Dual-ascent step of the λ scale per optimisation step, per unit of cost-share error.
+    controller_rate: float = 0.05
+    cost_model: str = "paper"
+    #: Straight-through hard gates (the note's reading) or the soft relaxation in the forward pass.
+    hard: bool = True
+    gate_init: float = 3.0
+    #: Gate-logit learning rate; ``None``: ``10·max(1, |gate_init|)`` over the run's optimisation steps, so Adam
+    #: (moving a parameter about ``lr`` per step) can carry a logit across zero several times (note §2.2).
+    gate_lr: float | None = None
+    tau_start: float = 2.0
+    tau_end: float = 0.5
+    #: Feasibility (paper Eq. 8 and its siblings): minimum expected heads per layer, value-dim share per
+    #: open head, neuron share per open FFN, and the three penalty weights.
+    min_heads: float = 1.0
+    min_dims: float = 0.25
+    min_neurons: float = 0.1
+    beta_head: float = 5.0
+    beta_dim: float = 5.0
+    beta_ffn: float = 5.0
+    #: KD from the dense teacher: ``(1 − α)·CE + α·T²·KL`` (batch-mean), α_KD 0.7 and T 4 as the paper.
+    kd_alpha: float = 0.7
+    kd_tau: float = 4.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Raise a one-line error for settings that cannot run."""
+        checks = [
+            (self.cost_model in COST_MODELS, f"unknown cost model {self.cost_model!r} "
+                                             f"(choose from: {', '.join(COST_MODELS)})"),
+            (self.lambda_macro >= 0 and self.lambda_micro >= 0, "the penalty weights λ must be >= 0"),
+            (self.target_macs is None or self.lambda_macro + self.lambda_micro > 0,
+             "a MAC target needs a positive λ_macro or λ_micro to set the macro:micro ratio"),
+            (self.target_macs is None or self.target_macs > 0, "the MAC target must be positive"),
+            (self.controller_rate > 0, "the controller rate must be positive"),
+            (self.gate_lr is None or self.gate_lr > 0, "the gate learning rate must be positive"),
+            (0 < self.tau_end <= self.tau_start, "temperatures need 0 < tau_end <= tau_start"),
+            (min(self.min_heads, self.min_dims, self.min_neurons) >= 0, "minimum retentions must be >= 0"),
+            (min(self.beta_head, self.beta_dim, self.beta_ffn) >= 0, "feasibility weights must be >= 0"),
+            (0 <= self.kd_alpha <= 1 and self.kd_tau > 0, "KD needs 0 <= kd_alpha <= 1 and kd_tau > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise VitpruneError(message)
+
+
+def budget_share(model: nn.Module, target_macs: float) -> tuple[float, int]:
+    """The share of the prunable cost that ``target_macs`` leaves, and the MACs HiAP cannot prune.
+
+    One line of error when the target is out of reach: above the dense model or at most its fixed part.
+    """
+    total = count_macs(model).macs
+    prunable = dense_cost(layer_shapes(model))
+    fixed = total - prunable
+    if not fixed < target_macs < total:
+        raise VitpruneError(f"the MAC target {format_count(target_macs)} must lie between what HiAP cannot prune "
+                            f"({format_count(fixed)}: embedding, norms, head) and the dense model "
+                            f"({format_count(total)})")
+    return (target_macs - fixed) / prunable, fixed
+
+
+def layer_summary(gates: HiAPGates, threshold: float = 0.0) -> list[dict[str, Any]]:
+    """Per block: hardened heads, value dims per open head, FFN open, neurons kept, and their expectations."""
+    probabilities, hard = gates.probabilities(), gates.hardened(threshold)
+    rows = []
+    for layer, shape in enumerate(gates.shapes):
+        p_head, p_dim = probabilities["head"][layer].detach(), probabilities["dim"][layer].detach()
+        p_block, p_neuron = probabilities["block"][layer].detach(), probabilities["neuron"][layer].detach()
+        head, dim = hard["head"][layer] > 0, hard["dim"][layer] > 0
+        block = bool(hard["block"][layer])
+        rows.append({
+            "heads": int((head & dim.any(dim=1)).sum()), "heads_of": shape.heads,
+            "value_dims": [int(dim[h].sum()) for h in range(shape.heads) if head[h] and dim[h].any()],
+            "head_dim": shape.head_dim, "ffn": block,
+            "neurons": int((hard["neuron"][layer] > 0).sum()) if block else 0, "neurons_of": shape.hidden,
+            "expected_heads": float(p_head.sum()), "expected_dims": float((p_head[:, None] * p_dim).sum()),
+            "expected_neurons": float(p_block * p_neuron.sum()),
+        })
+    return rows
+
+
+def hardened_macs(gates: HiAPGates, fixed: int, threshold: float = 0.0) -> int:
+    """Total MACs per image of the model extraction cuts at ``threshold`` (the exact cost model)."""
+    return fixed + round(float(sum(gate_cost(gates.hardened(threshold), gates.shapes, "exact"))))
+
+
+def costs(gates: HiAPGates, fixed: int) -> dict[str, float]:
+    """Expected (both cost models) and hardened (exact: the extracted model's) total MACs per image."""
+    probabilities = {k: [p.detach() for p in v] for k, v in gates.probabilities().items()}
+    out = {f"expected_{m}": fixed + float(sum(gate_cost(probabilities, gates.shapes, m))) for m in COST_MODELS}
+    out["hardened"] = hardened_macs(gates, fixed)
+    return out
+
+
+def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance: float = 0.02) -> float:
+    """The hardening threshold nearest the paper's 0 whose extracted model costs ``(1 − tolerance)·target`` to
+    ``target`` MACs; if no threshold lands in that band, the one giving the largest model within the target.
+
+    The cost of ``1[α > t]`` only falls as ``t`` rises, and changes only where ``t`` passes a logit, so
+    the candidates are 0 and the midpoints between consecutive distinct logits (an extension for
+    target mode, note §1.7: the controller brings the gates near the budget, this closes the gap
+    that a few undecided gates flipping together can leave).
+    """
+    logits = torch.cat([a.detach().flatten() for name in ("head", "dim", "block", "neuron")
+                        for a in gates.family(name)]).unique().sort().values
+    candidates = sorted(torch.cat([torch.zeros(1), (logits[1:] + logits[:-1]) / 2, logits[:1] - 1]).tolist())
+
+    def macs(i: int) -> int:
+        return hardened_macs(gates, fixed, candidates[i])
+
+    indices = range(len(candidates))
+    first_fit = bisect.bisect_left(indices, True, key=lambda i: macs(i) <= target_macs)
+    if first_fit == len(candidates):
+        raise VitpruneError(f"no hardening of the gates fits {format_count(target_macs)} MACs")
+    last_in_band = bisect.bisect_left(indices, True, key=lambda i: macs(i) < (1 - tolerance) * target_macs) - 1
+    if last_in_band < first_fit:
+        return candidates[first_fit]
+    return min(candidates[first_fit:last_in_band + 1], key=abs)
+
+
+def undecided(gates: HiAPGates, low: float = 0.1, high: float = 0.9) -> float:
+    """Share of all gates whose probability lies strictly between ``low`` and ``high``."""
+    probs = torch.cat([p.detach().flatten() for ps in gates.probabilities().values() for p in ps])
+    return float(((probs > low) & (probs < high)).float().mean())
+
+
+class HiAPTraining(TrainHooks):
+    """The engine hooks that sample and anneal the gates, add the penalties and steer λ."""
+
+    def __init__(self, model: nn.Module, gates: HiAPGates, config: HiAPConfig, *, fixed_macs: int,
+                 on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.gates, self.config, self.fixed = gates, config, fixed_macs
+        self.gated = GatedForward(model)
+        self.dense = dense_cost(gates.shapes)
+        self.share = None if config.target_macs is None else (config.target_macs - fixed_macs) / self.dense
+        self.scale = 1.0
+        self.tau, self.seed_base = config.tau_start, 0
+        self.on_epoch = on_epoch
+        self.gate_lr = config.gate_lr
+        self.last: dict[str, float] = {}
+        self._generator: torch.Generator | None = None
+        self._pre_hook = model.register_forward_pre_hook(self._set_gates)
+
+    def _set_gates(self, module: nn.Module, _args: Any) -> None:
+        if module.training:
+            self.gated.set(self.gates.sample(self.tau, hard=self.config.hard, generator=self._generator))
+        else:
+            self.gated.set(self.gates.hardened())
+
+    def remove(self) -> None:
+        """Take every hook off the model."""
+        self.gated.remove()
+        self._pre_hook.remove()
+
+    def param_groups(self, model: nn.Module, config: TrainConfig) -> list[dict]:
+        gate_ids = {id(p) for p in self.gates.parameters()}
+        weights = [p for p in model.parameters() if id(p) not in gate_ids and p.requires_grad]
+        return [{"params": weights}, {"params": list(self.gates.parameters()), "lr": self.gate_lr,
+                                      "weight_decay": 0.0}]
+
+    def on_step_start(self, trainer: Trainer) -> None:
+        total = trainer.config.epochs * trainer.steps_per_epoch
+        self.tau = temperature(trainer.step, total, start=self.config.tau_start, end=self.config.tau_end)
+        device = next(self.gates.parameters()).device
+        self._generator = torch.Generator(device=device).manual_seed(trainer.config.seed * 1_000_003 + trainer.step)
+        if self.share is not None and self.last:
+            current = max(self.last["expected_exact_share"], self.last["hardened_share"])
+            self.scale = max(0.0, self.scale + self.config.controller_rate * (current - self.share))
+
+    def extra_loss(self, trainer: Trainer, images: torch.Tensor, outputs: Any) -> torch.Tensor:
+        cfg = self.config
+        probabilities = self.gates.probabilities()
+        penalty = cost_penalty(probabilities, self.gates.shapes, lambda_macro=self.scale * cfg.lambda_macro,
+                               lambda_micro=self.scale * cfg.lambda_micro, cost_model=cfg.cost_model)
+        feasible = feasibility(probabilities, min_heads=cfg.min_heads, min_dims=cfg.min_dims,
+                               min_neurons=cfg.min_neurons)
+        loss = penalty["loss"] + cfg.beta_head * feasible["head"] + cfg.beta_dim * feasible["dim"] \
+            + cfg.beta_ffn * feasible["neuron"]
+        with torch.no_grad():
+            exact = {k: [p.detach() for p in v] for k, v in probabilities.items()}
+            self.last = {
+                "penalty": float(penalty["loss"]), "feasibility": float(loss - penalty["loss"]),
+                "expected_exact_share": float(sum(gate_cost(exact, self.gates.shapes, "exact"))) / self.dense,
+                "hardened_share": float(sum(gate_cost(self.gates.hardened(), self.gates.shapes, "exact")))
+                / self.dense,
+            }
+        return loss
+
+    def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
+        stats.update({"tau": self.tau, "lambda_scale": self.scale, "undecided": undecided(self.gates),
+                      **{f"macs_{k}": v for k, v in costs(self.gates, self.fixed).items()},
+                      **{k: self.last.get(k, math.nan) for k in ("penalty", "feasibility")}})
+        stats["layers"] = layer_summary(self.gates)
+        if self.on_epoch is not None and trainer.dist.is_main:
+            self.on_epoch(stats)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scale": self.scale, "last": dict(self.last)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scale, self.last = state.get("scale", 1.0), dict(state.get("last", {}))
+
+
+def gate_learning_rate(gate_init: float, images: int, train: TrainConfig) -> float:
+    """The default gate learning rate: ``10·max(1, |gate_init|)`` over the number of optimisation steps."""
+    steps = train.epochs * math.ceil(math.ceil(images / train.batch_size) / train.accum_steps)
+    return 10 * max(1.0, abs(gate_init)) / steps
+
+
+def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train: TrainConfig, *,
+                val_set: Dataset | None = None, teacher: nn.Module | None = None, run_dir: str | Path | None = None,
+                device: torch.device | str | None = None, resume: bool = False, progress: bool = False,
+                on_epoch: Callable[[dict[str, Any]], None] | None = None) -> tuple[HiAPGates, list[dict]]:
+    """Train ``model`` (in place) and its gates under the HiAP loss; returns the gates and the epoch history.
+
+    ``teacher`` (default: a frozen copy of ``model`` as it is now) provides the KD targets. The model
+    comes back ungated, with its trained weights; :func:`~vitprune.methods.hiap.extract` then cuts it.
+    ``on_epoch`` receives each epoch's statistics with the per-layer :func:`layer_summary` (the live view).
+    """
+    config.validate()
+    if train.ema_decay:
+        raise VitpruneError("HiAP trains without EMA: an averaged copy would not follow the gates")
+    shapes: list[LayerShape] = layer_shapes(model)
+    fixed = count_macs(model).macs - dense_cost(shapes)
+    if config.target_macs is not None:
+        budget_share(model, config.target_macs)
+    teacher = make_teacher(teacher if teacher is not None else model)
+    gates = HiAPGates(shapes, init=config.gate_init)
+    hooks = HiAPTraining(model, gates, config, fixed_macs=fixed, on_epoch=on_epoch)
+    hooks.gate_lr = config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train)
+    model.add_module(GATES_ATTR, gates)
+    use_distillation_head(model, "soft")
+    criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=train.label_smoothing), teacher, kind="soft",
+                                 alpha=config.kd_alpha, tau=config.kd_tau, per_image=True)
+    try:
+        trainer = Trainer(model, train_set, train, run_dir=run_dir, criterion=criterion, hooks=hooks, val_set=val_set,
+                          device=device)
+        criterion.teacher.to(trainer.device)
+        trainer.start(resume=resume)
+        with training_progress(trainer, enabled=progress and trainer.dist.is_main) as on_batch:
+            history = trainer.fit(on_batch=on_batch)
+    finally:
+        hooks.remove()
+        delattr(model, GATES_ATTR)
+        use_distillation_head(model, "none")
+    return gates, history
