@@ -54,6 +54,27 @@ def test_result_is_consistent():
     assert result.other_load is None or 0 <= result.other_load <= 1
 
 
+class _SeesDenormals(nn.Module):
+    """Records whether a denormal survives a multiplication inside the timed forward passes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.kept: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.kept.append(bool(torch.tensor([1e-40]) * 1.0 != 0))
+        return self.conv(x)
+
+
+def test_cpu_timing_flushes_denormals_and_restores_the_default():
+    model = _SeesDenormals()
+    result = measure_speed(model, input_size=(3, 2, 2), batch_size=2, repeats=3, **FAST)
+    assert model.kept and not any(model.kept), "underflowing arithmetic must not take the slow path while timed"
+    assert result.context.flush_denormal is True
+    assert bool(torch.tensor([1e-40]) * 1.0 != 0), "the process's default is back afterwards"
+
+
 def test_self_comparison_is_near_one():
     model = tiny()
     comparison = compare_speed(model, model, pairs=6, **FAST)

@@ -32,13 +32,16 @@ class Context:
     python: str
     platform: str
     cuda: str | None
+    #: CPU timings run with denormals flushed to zero (see :func:`~vitprune.measure.speed.measure_speed`).
+    flush_denormal: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return asdict(self)
 
 
-def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int) -> Context:
+def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int, *,
+                    flush_denormal: bool = False) -> Context:
     """The context of a measurement about to run on ``device`` (call it with the thread count already set)."""
     return Context(
         device=str(device),
@@ -53,6 +56,7 @@ def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int) -
         python=platform.python_version(),
         platform=platform.platform(),
         cuda=torch.version.cuda if device.type == "cuda" else None,
+        flush_denormal=flush_denormal,
     )
 
 

@@ -169,8 +169,8 @@ def measure_speed(model: nn.Module, *, input_size: tuple[int, int, int] | None =
     dev = resolve_device(device)
     _check_counts(warmup, batch_size=batch_size, repeats=repeats)
     x = _make_input(model, input_size, batch_size, dev, dtype)
-    with _session([model], dev, dtype, threads):
-        context = collect_context(dev, dtype, batch_size)
+    with _session([model], dev, dtype, threads) as flushed:
+        context = collect_context(dev, dtype, batch_size, flush_denormal=flushed)
         with _progress(progress, "timing", warmup + repeats) as step:
             for _ in range(warmup):
                 model(x)
@@ -203,8 +203,8 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
             raise VitpruneError(f"cannot compare models with different inputs: {_fmt(size_a)} vs {_fmt(size_b)}")
     x = _make_input(model_a, input_size, batch_size, dev, dtype)
     models = (model_a, model_b)
-    with _session(list(models), dev, dtype, threads):
-        context = collect_context(dev, dtype, batch_size)
+    with _session(list(models), dev, dtype, threads) as flushed:
+        context = collect_context(dev, dtype, batch_size, flush_denormal=flushed)
         samples: tuple[list[float], list[float]] = ([], [])
         with _progress(progress, "comparing", warmup + pairs) as step:
             for _ in range(warmup):
@@ -240,11 +240,19 @@ def _make_input(model: nn.Module, input_size: tuple[int, int, int] | None, batch
 
 
 @contextlib.contextmanager
-def _session(models: list[nn.Module], dev: torch.device, dtype: torch.dtype, threads: int | None) -> Iterator[None]:
+def _session(models: list[nn.Module], dev: torch.device, dtype: torch.dtype, threads: int | None) -> Iterator[bool]:
+    """Threads, eval mode and inference mode for timing; yields whether denormals are flushed to zero.
+
+    On CPU they are: arithmetic that underflows (GELU's erf far from zero, softmax tails) takes a slow
+    microcode path, so without flushing a model's time depends on how many of its activations
+    underflow, not only on its shape, and a fine-tuned model can look faster than its weights make it.
+    Inference runtimes (oneDNN, ONNX Runtime) flush them too. The default is restored afterwards.
+    """
     if threads is not None and threads < 1:
         raise VitpruneError(f"threads must be at least 1, got {threads}")
     training = [m.training for m in models]
     previous_threads = torch.get_num_threads()
+    flushed = dev.type == "cpu" and torch.set_flush_denormal(True)
     try:
         if threads is not None:
             torch.set_num_threads(threads)
@@ -253,8 +261,10 @@ def _session(models: list[nn.Module], dev: torch.device, dtype: torch.dtype, thr
             m.to(device=dev, dtype=dtype).eval()
         cuda_scope = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
         with cuda_scope, torch.inference_mode():
-            yield
+            yield flushed
     finally:
+        if flushed:
+            torch.set_flush_denormal(False)
         torch.set_num_threads(previous_threads)
         for m, was_training in zip(models, training, strict=True):
             m.train(was_training)
