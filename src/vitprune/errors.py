@@ -7,6 +7,8 @@ traceback; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class VitpruneError(Exception):
     """A problem with the user's input, reported as one clear line."""
@@ -20,3 +22,10 @@ class UnsupportedArchitectureError(VitpruneError):
 
 class RecipeError(VitpruneError):
     """A saved model's recipe or weights are missing, corrupt or inconsistent."""
+
+
+def check_settings(checks: Iterable[tuple[bool, str]]) -> None:
+    """Raise a :class:`VitpruneError` with the message of the first ``(ok, message)`` pair that is not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise VitpruneError(message)

@@ -21,6 +21,11 @@ prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of 
                         no_args_is_help=True)
 app.add_typer(prune_app, name="prune")
 
+PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights.")
+DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
+DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
+SPEED_BATCH_OPT = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement.")
+
 
 def parse_indices(text: str, what: str) -> list[int]:
     """``"0,3,7"`` -> ``[0, 3, 7]``; an empty string is no index."""
@@ -40,7 +45,7 @@ def depth(
     fold_norm: bool = typer.Option(False, "--fold-norm", help="Fold each merged block's LN2 affine into its Linear."),
     output_gelu: bool = typer.Option(
         False, "--output-gelu", help="Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."),
-    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     speed: bool = typer.Option(True, "--speed/--no-speed", help="Measure the speedup (alternating pairs)."),
     batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Batch for the speed measurement."),
@@ -118,10 +123,10 @@ def hetdpt(
                                                                           "of each type."),
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="Reuse predictor.json from an earlier run."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
-    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
-    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -183,11 +188,11 @@ def vbp(
     tau: float = typer.Option(1.0, help="Distillation temperature."),
     seed: int = typer.Option(0, help="Seed of the calibration subset, the random criterion and fine-tuning."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
-    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
-    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
-    speed_batch: int = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement."),
+    data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -235,11 +240,11 @@ def star(
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Fine-tuning batch."),
     seed: int = typer.Option(0, help="Seed of the calibration subsets and fine-tuning."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
-    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
-    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
-    speed_batch: int = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement."),
+    data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -285,11 +290,11 @@ def hiap(
     soft: bool = typer.Option(False, "--soft", help="Soft Gumbel-sigmoid gates in the forward (default: hard-ST)."),
     seed: int = typer.Option(0, help="Seed of training and of the gate samples."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out."),
-    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights."),
+    pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
-    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
-    speed_batch: int = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement."),
+    data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:

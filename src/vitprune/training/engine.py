@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from vitprune.atomic import atomic_directory
-from vitprune.errors import VitpruneError
+from vitprune.errors import VitpruneError, check_settings
 from vitprune.recipe import WEIGHTS_FILE, get_recipe, read_document, save
 from vitprune.training.distributed import (
     DistContext,
@@ -77,7 +77,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""
-        checks = [
+        check_settings([
             (self.epochs >= 1, f"epochs must be at least 1, got {self.epochs}"),
             (self.lr > 0, f"learning rate must be positive, got {self.lr}"),
             (self.batch_size >= 1, f"batch size must be at least 1, got {self.batch_size}"),
@@ -86,10 +86,7 @@ class TrainConfig:
             (self.ema_decay is None or 0 < self.ema_decay < 1, f"EMA decay must lie in (0, 1), got {self.ema_decay}"),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0 (0: at epoch ends only)"),
             (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise VitpruneError(message)
+        ])
 
 
 class TrainHooks:

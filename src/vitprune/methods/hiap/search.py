@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vitprune.errors import VitpruneError
+from vitprune.errors import VitpruneError, check_settings
 from vitprune.measure import count_macs, format_count
 from vitprune.methods.hiap.cost import COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
 from vitprune.methods.hiap.gated import GatedForward
@@ -81,7 +81,7 @@ class HiAPConfig:
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""
-        checks = [
+        check_settings([
             (self.cost_model in COST_MODELS, f"unknown cost model {self.cost_model!r} "
                                              f"(choose from: {', '.join(COST_MODELS)})"),
             (self.lambda_macro >= 0 and self.lambda_micro >= 0, "the penalty weights λ must be >= 0"),
@@ -94,10 +94,7 @@ class HiAPConfig:
             (min(self.min_heads, self.min_dims, self.min_neurons) >= 0, "minimum retentions must be >= 0"),
             (min(self.beta_head, self.beta_dim, self.beta_ffn) >= 0, "feasibility weights must be >= 0"),
             (0 <= self.kd_alpha <= 1 and self.kd_tau > 0, "KD needs 0 <= kd_alpha <= 1 and kd_tau > 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise VitpruneError(message)
+        ])
 
 
 def budget_share(model: nn.Module, target_macs: float) -> tuple[float, int]:
