@@ -187,7 +187,7 @@ class HiAPTraining(TrainHooks):
         self.dense = dense_cost(gates.shapes)
         self.share = None if config.target_macs is None else (config.target_macs - fixed_macs) / self.dense
         self.scale = 1.0
-        self.tau, self.seed_base = config.tau_start, 0
+        self.tau = config.tau_start
         self.on_epoch = on_epoch
         self.gate_lr = config.gate_lr
         self.last: dict[str, float] = {}
