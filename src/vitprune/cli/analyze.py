@@ -10,7 +10,7 @@ from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
-from vitprune.cli.commands import DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
+from vitprune.cli.commands import DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
 from vitprune.errors import VitpruneError
 
 analyze_app = typer.Typer(
@@ -20,8 +20,6 @@ analyze_app = typer.Typer(
 app.add_typer(analyze_app, name="analyze")
 
 
-DATA_OPT = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory.")
-DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
 OUT_OPT = typer.Option(..., "--out", help="Directory for the JSON result and its plot (created if missing).")
 BATCH_SIZE_OPT = typer.Option(64, "--batch-size", "-b", min=1)
 

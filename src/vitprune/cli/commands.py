@@ -37,6 +37,9 @@ JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON inste
 DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N.")
 IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity",
                             help="What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x.")
+DATA_OPT = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory.")
+DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
+DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
 CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
 
 
@@ -92,10 +95,10 @@ def bench(
 @app.command("eval")
 def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
+    data: str = DATA_OPT,
+    data_root: Optional[Path] = DATA_ROOT_OPT,
     split: str = typer.Option("val", help="Dataset split."),
-    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    download: bool = DOWNLOAD_OPT,
     batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
     device: str = DEVICE_OPT,
     pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Load pretrained weights."),

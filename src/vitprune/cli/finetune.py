@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.commands import JSON_OPT
+from vitprune.cli.commands import DATA_OPT, DATA_ROOT_OPT, DOWNLOAD_OPT, JSON_OPT
 
 
 class Distill(str, Enum):
@@ -29,7 +29,7 @@ FINAL_DIR = "final"
 @app.command()
 def finetune(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and final/ when done."),
     epochs: int = typer.Option(..., min=1),
     lr: float = typer.Option(5e-4, help="Peak learning rate (after warm-up)."),
@@ -51,8 +51,8 @@ def finetune(
     seed: int = typer.Option(0),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Steps between checkpoints (0: epochs)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to)."),
-    download: bool = typer.Option(False, "--download", help="Download CIFAR if missing (needs network)."),
+    data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda if available, per rank)."),
     json_out: bool = JSON_OPT,
 ) -> None:

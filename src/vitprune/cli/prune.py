@@ -11,7 +11,9 @@ import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.commands import CHECKPOINT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
+from vitprune.cli.commands import (
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity,
+)
 from vitprune.cli.finetune import Distill
 from vitprune.cli.render import render_comparison
 from vitprune.errors import VitpruneError
@@ -22,8 +24,6 @@ prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of 
 app.add_typer(prune_app, name="prune")
 
 PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights.")
-DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
-DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
 SPEED_BATCH_OPT = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement.")
 
 
@@ -103,7 +103,7 @@ def _render(summary: dict, comparison: Comparison | None) -> None:
 @prune_app.command()
 def hetdpt(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    data: str = DATA_OPT,
     budget: int = typer.Option(..., "--budget", "-k", help="Layers to remove in all: attention sublayers + GELUs."),
     out: Path = typer.Option(..., "--out", help="Run directory: stage results, fine-tuning run, model/, report."),
     split: str = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type."),
@@ -131,30 +131,21 @@ def hetdpt(
     json_out: bool = JSON_OPT,
 ) -> None:
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
-    from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_hetdpt
-    from vitprune.data import build_dataset
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
-    from vitprune.models import resolve_model
 
     chosen_split = parse_split(split)
     config = configure(preset or ("digits" if data == "digits" else "imagenet"), epochs=epochs,
                        search_epochs=search_epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size,
                        distill=distill.value if distill is not None else None, identity=identity.value, output_gelu=output_gelu, shortlist=shortlist,
                        min_per_type=min_per_type)
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    input_size = get_adapter(dense).input_size
-    train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
-    val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
-    report = run_hetdpt(dense, train_set, val_set, budget=budget, split=chosen_split, run_dir=out, config=config,
-                        device=resolve_device(device), progress=not json_out, resume=resume, predictor=predictor,
-                        log=(lambda _m: None) if json_out else err_console.print)
-    report["model"] = model
-    if json_out:
-        print_json(report)
-    else:
-        render_hetdpt(model, report)
+    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
+                               download=download)
+    report = run_hetdpt(dense, sets["train"], sets["val"], budget=budget, split=chosen_split, run_dir=out,
+                        config=config, device=resolve_device(device), progress=not json_out, resume=resume,
+                        predictor=predictor, log=(lambda _m: None) if json_out else err_console.print)
+    _show(model, report, render_hetdpt, json_out)
 
 
 class Criterion(str, Enum):
@@ -168,7 +159,7 @@ class Criterion(str, Enum):
 @prune_app.command()
 def vbp(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    data: str = DATA_OPT,
     ratio: float = typer.Option(..., "--ratio", "-p", help="Share of all MLP hidden neurons to remove, e.g. 0.5."),
     out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning, model/, report."),
     criterion: Criterion = typer.Option(Criterion.variance, help="Neuron score: variance is VBP; the rest are the "
@@ -220,7 +211,7 @@ class Anchor(str, Enum):
 @prune_app.command()
 def star(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out",
                              help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
     rho: Optional[float] = typer.Option(None, "--rho", help="Keep rate of the last block (sets every block's rate)."),
@@ -273,7 +264,7 @@ class CostModel(str, Enum):
 @prune_app.command()
 def hiap(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory."),
+    data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out", help="Run directory: training run, gates, model/, plot, report."),
     macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention): a "
                                                               "controller steers the λ (an extension)."),
@@ -299,12 +290,9 @@ def hiap(
     json_out: bool = JSON_OPT,
 ) -> None:
     """HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the model."""
-    from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_hiap, render_hiap_epoch
-    from vitprune.data import build_dataset
     from vitprune.device import resolve_device
     from vitprune.methods.hiap import HiAPConfig, run_hiap
-    from vitprune.models import resolve_model
     from vitprune.training import TrainConfig
 
     train = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, warmup_epochs=0.0)
@@ -313,19 +301,13 @@ def hiap(
                         gate_lr=gate_lr)
     config.validate()
     train.validate()
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    input_size = get_adapter(dense).input_size
-    train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
-    val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
-    report = run_hiap(dense, train_set, val_set, run_dir=out, train=train, config=config,
+    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
+                               download=download)
+    report = run_hiap(dense, sets["train"], sets["val"], run_dir=out, train=train, config=config,
                       device=resolve_device(device), progress=not json_out, resume=resume, speed_batch=speed_batch,
                       log=(lambda _m: None) if json_out else err_console.print,
                       on_epoch=None if json_out else lambda stats: render_hiap_epoch(stats, config.target_macs))
-    report["model"] = model
-    if json_out:
-        print_json(report)
-    else:
-        render_hiap(model, report)
+    _show(model, report, render_hiap, json_out)
 
 
 def _parse_rates(text: str | None) -> list[float] | None:
@@ -342,20 +324,35 @@ def _run_calibrated(run: Callable[..., dict], render: Callable[[str, dict], None
                     download: bool, device: str, resume: bool, json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
     method's pipeline into --out and show its report."""
+    from vitprune.device import resolve_device
+
+    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
+                               download=download, calibration=True)
+    report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
+                 device=resolve_device(device), progress=not json_out, resume=resume,
+                 log=(lambda _m: None) if json_out else err_console.print)
+    _show(model, report, render, json_out)
+
+
+def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
+                 download: bool, calibration: bool = False) -> tuple[Any, dict[str, Any]]:
+    """MODEL, and --data's ``train`` (augmented) and ``val`` splits at its input size; with ``calibration``, also
+    the training images with the evaluation transform."""
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset
-    from vitprune.device import resolve_device
     from vitprune.models import resolve_model
 
     dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
     input_size = get_adapter(dense).input_size
+    splits = [("train", "train", True), ("val", "val", False)] + ([("calibration", "train", False)] if calibration
+                                                                   else [])
     sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
-                                is_training=training)
-            for name, split, training in (("train", "train", True), ("val", "val", False),
-                                          ("calibration", "train", False))}
-    report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
-                 device=resolve_device(device), progress=not json_out, resume=resume,
-                 log=(lambda _m: None) if json_out else err_console.print)
+                                is_training=training) for name, split, training in splits}
+    return dense, sets
+
+
+def _show(model: str, report: dict, render: Callable[[str, dict], None], json_out: bool) -> None:
+    """Print a pipeline's report, naming MODEL: as JSON, or through ``render``."""
     report["model"] = model
     if json_out:
         print_json(report)
