@@ -110,17 +110,17 @@ def l1_ffn(dense: nn.Module, removed: int) -> nn.Module:
     return model
 
 
-def _largest_within(build, low: float, high: float, target: int, steps: int = 40) -> tuple[nn.Module | None, float]:
+def _largest_within(build, low: float, high: float, target: int, steps: int = 40) -> nn.Module | None:
     """Bisection on a knob the model grows with: the largest model ``build(x)`` of at most ``target`` MACs."""
     best = None
     for _ in range(steps):
         mid = (low + high) / 2
         model = build(mid)
         if count_macs(model).macs <= target:
-            best, low = (model, mid), mid
+            best, low = model, mid
         else:
             high = mid
-    return best if best is not None else (None, float("nan"))
+    return best
 
 
 def _finetune(model: nn.Module, teacher: nn.Module, train, config: TrainConfig) -> None:
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baselines = {"uniform": _largest_within(lambda s: uniform(dense, s), 0.0, 1.0, macs),
                      "l1-ffn": _largest_within(lambda k: l1_ffn(dense, hidden - round(k)), 0, hidden, macs,
                                                steps=14)}
-        for method, (model, _knob) in baselines.items():
+        for method, model in baselines.items():
             if model is None:
                 rows.append({"budget": budget, "method": method, "macs": None, "top1": None,
                              "note": "cannot reach HiAP's MACs"})

@@ -28,12 +28,11 @@ from torch.utils.data import Dataset
 from vitprune.atomic import atomic_file, write_json
 from vitprune.data import build_loader
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.hiap.cost import dense_cost, layer_shapes
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.methods.hiap.plots import plot_architecture
 from vitprune.methods.hiap.search import (
-    HiAPConfig, budget_share, budget_threshold, hardened_macs, layer_summary, train_gates,
+    HiAPConfig, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
 from vitprune.methods.stages import Stages, prepare_run_dir
 from vitprune.recipe import save
@@ -59,9 +58,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     config = config or HiAPConfig()
     config.validate()
     train.validate()
-    shapes = layer_shapes(model)
-    if config.target_macs is not None:
-        budget_share(model, config.target_macs)
+    fixed = fixed_macs(model, config.target_macs)
     run_dir = prepare_run_dir(run_dir, resume)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device)
@@ -70,12 +67,11 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     top1 = {"dense": stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])}
 
     work = copy.deepcopy(model)
-    gates, history = stages.run("train weights and gates", lambda: train_gates(
+    gates, _ = stages.run("train weights and gates", lambda: train_gates(
         work, train_set, config, train, val_set=val_set, teacher=model, run_dir=run_dir / SEARCH_DIR, device=device,
         resume=resume, progress=progress, on_epoch=on_epoch))
     _save_gates(gates, run_dir / GATES_FILE)
     dense_macs = count_macs(model)
-    fixed = dense_macs.macs - dense_cost(shapes)
     threshold = 0.0
     if config.target_macs is not None:
         threshold = budget_threshold(gates, fixed, config.target_macs, budget_tolerance)
@@ -83,6 +79,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     predicted = hardened_macs(gates, fixed, threshold)
     stages.run("extract the pruned model", lambda: extract(work, gates, threshold))
     top1["extracted"] = evaluate(work, val_loader)["top1"]
+    history = _history(run_dir / SEARCH_DIR)  # every epoch, those of interrupted earlier calls included
     if history and "val_top1" in history[-1]:  # the hardened gates on the unextracted model
         top1["gated_last_epoch"] = history[-1]["val_top1"]
     summary = {"target_macs": config.target_macs, "threshold": threshold, "macs_predicted": predicted,
@@ -97,7 +94,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         **summary, "layers": layers, "top1": top1, "dense": dense_macs.totals(), "pruned": count_macs(work).totals(),
         "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(), "seconds": stages.seconds,
         "config": config.to_dict(), "train": asdict(train), "history": [
-            {k: v for k, v in h.items() if k != "layers"} for h in _history(run_dir / SEARCH_DIR)],
+            {k: v for k, v in h.items() if k != "layers"} for h in history],
         "model_dir": str(run_dir / MODEL_DIR), "plot": str(run_dir / PLOT_FILE),
     }
     write_json(run_dir / REPORT_FILE, report)

@@ -33,7 +33,7 @@ from vitprune.errors import VitpruneError, check_settings
 from vitprune.measure import count_macs, format_count
 from vitprune.methods.hiap.cost import COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
 from vitprune.methods.hiap.gated import GatedForward
-from vitprune.methods.hiap.gates import HiAPGates, LayerShape, temperature
+from vitprune.methods.hiap.gates import HiAPGates, temperature
 from vitprune.training import TrainConfig, Trainer, TrainHooks
 from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
 from vitprune.training.progress import training_progress
@@ -97,19 +97,19 @@ class HiAPConfig:
         ])
 
 
-def budget_share(model: nn.Module, target_macs: float) -> tuple[float, int]:
-    """The share of the prunable cost that ``target_macs`` leaves, and the MACs HiAP cannot prune.
+def fixed_macs(model: nn.Module, target_macs: float | None = None) -> int:
+    """MACs per image HiAP cannot prune (patch embedding, norms, head): the dense total less the prunable cost.
 
-    One line of error when the target is out of reach: above the dense model or at most its fixed part.
+    With ``target_macs``, first a one-line error when that target is out of reach: at most the fixed
+    MACs, or not below the dense model.
     """
     total = count_macs(model).macs
-    prunable = dense_cost(layer_shapes(model))
-    fixed = total - prunable
-    if not fixed < target_macs < total:
+    fixed = total - dense_cost(layer_shapes(model))
+    if target_macs is not None and not fixed < target_macs < total:
         raise VitpruneError(f"the MAC target {format_count(target_macs)} must lie between what HiAP cannot prune "
                             f"({format_count(fixed)}: embedding, norms, head) and the dense model "
                             f"({format_count(total)})")
-    return (target_macs - fixed) / prunable, fixed
+    return fixed
 
 
 def layer_summary(gates: HiAPGates, threshold: float = 0.0) -> list[dict[str, Any]]:
@@ -181,7 +181,7 @@ class HiAPTraining(TrainHooks):
     """The engine hooks that sample and anneal the gates, add the penalties and steer λ."""
 
     def __init__(self, model: nn.Module, gates: HiAPGates, config: HiAPConfig, *, fixed_macs: int,
-                 on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 gate_lr: float | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.gates, self.config, self.fixed = gates, config, fixed_macs
         self.gated = GatedForward(model)
         self.dense = dense_cost(gates.shapes)
@@ -189,7 +189,7 @@ class HiAPTraining(TrainHooks):
         self.scale = 1.0
         self.tau = config.tau_start
         self.on_epoch = on_epoch
-        self.gate_lr = config.gate_lr
+        self.gate_lr = gate_lr or config.gate_lr
         self.last: dict[str, float] = {}
         self._generator: torch.Generator | None = None
         self._pre_hook = model.register_forward_pre_hook(self._set_gates)
@@ -216,7 +216,7 @@ class HiAPTraining(TrainHooks):
         self.tau = temperature(trainer.step, total, start=self.config.tau_start, end=self.config.tau_end)
         device = next(self.gates.parameters()).device
         self._generator = torch.Generator(device=device).manual_seed(trainer.config.seed * 1_000_003 + trainer.step)
-        if self.share is not None and self.last:
+        if self.share is not None and "hardened_share" in self.last:
             current = max(self.last["expected_exact_share"], self.last["hardened_share"])
             self.scale = max(0.0, self.scale + self.config.controller_rate * (current - self.share))
 
@@ -229,15 +229,15 @@ class HiAPTraining(TrainHooks):
                                min_neurons=cfg.min_neurons)
         loss = penalty["loss"] + cfg.beta_head * feasible["head"] + cfg.beta_dim * feasible["dim"] \
             + cfg.beta_ffn * feasible["neuron"]
-        with torch.no_grad():
-            exact = {k: [p.detach() for p in v] for k, v in probabilities.items()}
-            self.last = {
-                "penalty": float(penalty["loss"]), "feasibility": float(loss - penalty["loss"]),
-                "expected_exact_share": float(sum(gate_cost(exact, self.gates.shapes, "exact"))) / self.dense,
-                "hardened_share": float(sum(gate_cost(self.gates.hardened(), self.gates.shapes, "exact")))
-                / self.dense,
-            }
+        self.last = {"penalty": float(penalty["loss"]), "feasibility": float(loss - penalty["loss"])}
+        if self.share is not None:  # the controller's signal, read at the next step's start
+            expected = {k: [p.detach() for p in v] for k, v in probabilities.items()}
+            self.last["expected_exact_share"] = self._exact_share(expected)
+            self.last["hardened_share"] = self._exact_share(self.gates.hardened())
         return loss
+
+    def _exact_share(self, values: dict[str, list[torch.Tensor]]) -> float:
+        return float(sum(gate_cost(values, self.gates.shapes, "exact"))) / self.dense
 
     def on_epoch_end(self, trainer: Trainer, stats: dict[str, Any]) -> None:
         stats.update({"tau": self.tau, "lambda_scale": self.scale, "undecided": undecided(self.gates),
@@ -273,14 +273,11 @@ def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train:
     config.validate()
     if train.ema_decay:
         raise VitpruneError("HiAP trains without EMA: an averaged copy would not follow the gates")
-    shapes: list[LayerShape] = layer_shapes(model)
-    fixed = count_macs(model).macs - dense_cost(shapes)
-    if config.target_macs is not None:
-        budget_share(model, config.target_macs)
+    fixed = fixed_macs(model, config.target_macs)
     teacher = make_teacher(teacher if teacher is not None else model)
-    gates = HiAPGates(shapes, init=config.gate_init)
-    hooks = HiAPTraining(model, gates, config, fixed_macs=fixed, on_epoch=on_epoch)
-    hooks.gate_lr = config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train)
+    gates = HiAPGates(layer_shapes(model), init=config.gate_init)
+    hooks = HiAPTraining(model, gates, config, fixed_macs=fixed, on_epoch=on_epoch,
+                         gate_lr=config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train))
     model.add_module(GATES_ATTR, gates)
     use_distillation_head(model, "soft")
     criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=train.label_smoothing), teacher, kind="soft",
