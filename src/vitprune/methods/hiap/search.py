@@ -229,7 +229,8 @@ class HiAPTraining(TrainHooks):
                                min_neurons=cfg.min_neurons)
         loss = penalty["loss"] + cfg.beta_head * feasible["head"] + cfg.beta_dim * feasible["dim"] \
             + cfg.beta_ffn * feasible["neuron"]
-        self.last = {"penalty": float(penalty["loss"]), "feasibility": float(loss - penalty["loss"])}
+        cost = penalty["loss"].detach()
+        self.last = {"penalty": float(cost), "feasibility": float(loss.detach() - cost)}
         if self.share is not None:  # the controller's signal, read at the next step's start
             expected = {k: [p.detach() for p in v] for k, v in probabilities.items()}
             self.last["expected_exact_share"] = self._exact_share(expected)
