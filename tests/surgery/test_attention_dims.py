@@ -16,20 +16,23 @@ def _model():
     return vitprune.track(build("deit_tiny_patch16_224", {"depth": 2}), "deit_tiny_patch16_224", depth=2)
 
 
-def test_kept_value_dims_equal_zeroed_proj_columns():
-    model = _model()
+def test_kept_value_dims_equal_zeroed_proj_columns(small_model_spec):
+    name, kwargs = small_model_spec
+    kwargs = {**kwargs, "depth": 2}
+    model = vitprune.track(build(name, kwargs), name, **kwargs)
     zeroed = copy.deepcopy(model)
-    prune_attention_dims(model, 0, [0, 2], [[1, 5, 7], list(range(64))])
+    dim = vitprune.get_adapter(model).block(0).attn.head_dim
+    prune_attention_dims(model, 0, [0, 2], [[1, 5, 7], list(range(dim))])
     with torch.no_grad():
-        keep = [1, 5, 7] + list(range(128, 192))
-        mask = torch.zeros(192, dtype=torch.bool)
+        keep = [1, 5, 7] + list(range(2 * dim, 3 * dim))
+        mask = torch.zeros(zeroed.blocks[0].attn.proj.in_features, dtype=torch.bool)
         mask[keep] = True
         zeroed.blocks[0].attn.proj.weight[:, ~mask] = 0.0
-        x = torch.randn(2, 3, 224, 224)
+        x = torch.randn(2, *vitprune.get_adapter(model).input_size)
         torch.testing.assert_close(model(x), zeroed(x), rtol=1e-5, atol=1e-5)
     view = vitprune.get_adapter(model).block(0).attn
-    assert view.value_dims == (3, 64) and view.attn_dim == 67 and view.num_heads == 2
-    assert view.qkv.out_features == 2 * 2 * 64 + 67
+    assert view.value_dims == (3, dim) and view.attn_dim == 3 + dim and view.num_heads == 2
+    assert view.qkv.out_features == 2 * 2 * dim + 3 + dim
 
 
 def test_attention_dims_mistakes():
