@@ -16,23 +16,29 @@ def _model():
     return vitprune.track(build("deit_tiny_patch16_224", {"depth": 2}), "deit_tiny_patch16_224", depth=2)
 
 
-def test_kept_value_dims_equal_zeroed_proj_columns(small_model_spec):
+# Uneven widths (one head whole), and one width below the head's for every head: the two padding paths.
+LAYOUTS = {"uneven": {0: [1, 5, 7], 2: None}, "uniform": {0: [1, 5, 7], 1: [0, 2, 4], 2: [3, 8, 9]}}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kept_value_dims_equal_zeroed_proj_columns(small_model_spec, layout):
     name, kwargs = small_model_spec
     kwargs = {**kwargs, "depth": 2}
     model = vitprune.track(build(name, kwargs), name, **kwargs)
     zeroed = copy.deepcopy(model)
     dim = vitprune.get_adapter(model).block(0).attn.head_dim
-    prune_attention_dims(model, 0, [0, 2], [[1, 5, 7], list(range(dim))])
+    kept = {h: list(range(dim)) if d is None else d for h, d in LAYOUTS[layout].items()}
+    prune_attention_dims(model, 0, list(kept), list(kept.values()))
     with torch.no_grad():
-        keep = [1, 5, 7] + list(range(2 * dim, 3 * dim))
         mask = torch.zeros(zeroed.blocks[0].attn.proj.in_features, dtype=torch.bool)
-        mask[keep] = True
+        mask[[h * dim + j for h, d in kept.items() for j in d]] = True
         zeroed.blocks[0].attn.proj.weight[:, ~mask] = 0.0
         x = torch.randn(2, *vitprune.get_adapter(model).input_size)
         torch.testing.assert_close(model(x), zeroed(x), rtol=1e-5, atol=1e-5)
     view = vitprune.get_adapter(model).block(0).attn
-    assert view.value_dims == (3, dim) and view.attn_dim == 3 + dim and view.num_heads == 2
-    assert view.qkv.out_features == 2 * 2 * dim + 3 + dim
+    widths = tuple(len(d) for d in kept.values())
+    assert view.value_dims == widths and view.attn_dim == sum(widths) and view.num_heads == len(kept)
+    assert view.qkv.out_features == 2 * len(kept) * dim + sum(widths)
 
 
 def test_attention_dims_mistakes():
