@@ -24,7 +24,12 @@ def _setting(name, kwargs, seed=0):
         for p in gates.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) + 0.8)  # mostly open, some closed
         gates.head[1][:] = -1.0  # a layer without heads
-        gates.block[2].fill_(-1.0)  # and one without an FFN
+        gates.block[2].fill_(-1.0)  # one without an FFN
+        gates.block[0].fill_(1.0)  # and an open FFN without neurons, which outputs fc2's bias
+        gates.neuron[0][:] = -1.0
+        for name, p in model.named_parameters():  # timm starts biases at 0, which would hide the bias paths
+            if name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
     return model, gates
 
 
@@ -43,7 +48,7 @@ def test_extracted_model_equals_the_gated_model(name, kwargs):
     gated.remove()
     small = copy.deepcopy(model)
     kept = extract(small, gates)
-    assert kept[1]["heads"] == [] and kept[2]["neurons"] == 0
+    assert kept[1]["heads"] == [] and kept[2]["neurons"] == 0 and kept[0]["neurons"] == 0
     with torch.no_grad():
         torch.testing.assert_close(small(x), expected, rtol=1e-4, atol=1e-4)
     assert count_macs(small).params < count_macs(model).params

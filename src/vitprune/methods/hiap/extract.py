@@ -6,8 +6,9 @@ Each block's hardened gates become recipe edits, so the result saves, loads and 
   nothing; whole heads only -> ``prune_heads`` (timm's attention, fused kernel kept); otherwise
   ``prune_attention_dims`` (per-head value widths; with no head left the branch is ``proj``'s bias,
   exactly as the gated model keeps it);
-* FFN: a closed block, or one without an open neuron, keeps no neuron and its ``fc2`` bias is
-  zeroed (the block gate multiplies that bias too); otherwise ``prune_mlp_neurons``.
+* FFN: a closed block keeps no neuron and its ``fc2`` bias is zeroed (the block gate multiplies
+  that bias too); an open block keeps its open neurons (``prune_mlp_neurons``), and with none open
+  it outputs ``fc2``'s bias, as the gated model does.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def extract(model: nn.Module, gates: HiAPGates, threshold: float = 0.0) -> list[
             else:
                 prune_attention_dims(model, layer, heads, dims)
         neurons = (hard["neuron"][layer] > 0).nonzero().flatten().tolist()
-        if not hard["block"][layer] or not neurons:
+        if not hard["block"][layer]:
             neurons = []
             prune_mlp_neurons(model, layer, [])
             with torch.no_grad():
