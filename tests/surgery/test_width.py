@@ -9,8 +9,9 @@ import torch
 from conftest import build
 
 import vitprune
+from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import VitpruneError
-from vitprune.surgery import prune_heads, prune_mlp_neurons, slice_linear
+from vitprune.surgery import prune_attention_dims, prune_heads, prune_mlp_neurons, prune_tokens, slice_linear
 
 
 def _input(model, batch=2):
@@ -59,6 +60,47 @@ def test_prune_mlp_neurons_equals_masked_neurons(small_model_spec):
         torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
     assert vitprune.get_adapter(model).block(5).mlp.hidden_features == len(keep)
     assert model.blocks[5].mlp.fc1.weight.shape == (len(keep), vitprune.get_adapter(model).embed_dim)
+
+
+def test_a_sublayer_left_no_unit_is_a_constant_and_its_norm_is_skipped(small_model_spec):
+    name, kwargs = small_model_spec
+    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    zeroed = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in model.parameters():  # timm starts biases at 0: the constants must show
+            p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        zeroed.load_state_dict(model.state_dict())
+        zeroed.blocks[1].attn.proj.weight.zero_()
+        zeroed.blocks[2].mlp.fc2.weight.zero_()
+
+    prune_attention_dims(model, 1, [], [])
+    prune_mlp_neurons(model, 2, [])
+
+    assert type(model.blocks[1]) is DepthBlock and type(model.blocks[2]) is DepthBlock
+    calls = []
+    for block in (1, 2):
+        for norm in (model.blocks[block].norm1, model.blocks[block].norm2):
+            norm.register_forward_hook(lambda m, i, o, name=norm: calls.append(name))
+    x = _input(model)
+    with torch.no_grad():
+        expected = zeroed(x)
+        torch.testing.assert_close(model.eval()(x), expected, rtol=1e-5, atol=1e-5)
+        assert calls == [model.blocks[1].norm2, model.blocks[2].norm1]  # only the norms of live sublayers ran
+        calls.clear()
+        torch.testing.assert_close(model.train()(x), expected, rtol=1e-5, atol=1e-5)  # no dropout in these models
+        assert len(calls) == 4
+    # The constant path never writes to the bias.
+    assert torch.equal(model.blocks[2].mlp.fc2.bias, zeroed.blocks[2].mlp.fc2.bias)
+
+
+def test_token_pruning_runs_on_a_block_whose_mlp_has_no_neuron():
+    model = vitprune.track(build("deit_tiny_patch16_224", {"depth": 3}), "deit_tiny_patch16_224", depth=3)
+    prune_mlp_neurons(model, 1, [])
+    reference = copy.deepcopy(model).eval()
+    prune_tokens(model, 1, 1.0)
+    x = _input(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), reference(x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("keep, match", [([], "at least one"), ([2, 1], "unique and sorted"), ([0, 99], r"\[0, 3\)")])

@@ -1,5 +1,6 @@
 """The timm block forms that surgery leaves behind where timm's ``Block`` cannot express the result:
-blocks without attention (depth pruning) and blocks that drop patch tokens (token pruning)."""
+blocks without attention (depth pruning), blocks with a sublayer that has no unit left (width
+pruning down to zero) and blocks that drop patch tokens (token pruning)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from timm.layers import Attention
+from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 from torch import nn
 
@@ -20,6 +21,10 @@ class DepthBlock(nn.Module):
     HetDPT code's reading of "identity". ``act`` runs on the block output: ``nn.Identity`` unless
     the reference code's compatibility option put an activation there. Submodule names are
     ``Block``'s, so the state-dict keys of the surviving parts do not change.
+
+    A sublayer with no unit left (an MLP without hidden neurons, an attention without heads) gives
+    its output bias for every token; in eval mode the block adds that constant without running the
+    sublayer or the norm before it (:func:`constant_output`).
     """
 
     def __init__(self, block: Block) -> None:
@@ -31,11 +36,42 @@ class DepthBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         if self.attn is not None:
-            x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal)))
+            out = constant_output(self.attn, self.training)
+            if out is None:
+                out = self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal)
+            x = x + self.drop_path1(self.ls1(out))
         elif self.norm1 is not None:
             x = x + self.drop_path1(self.ls1(self.norm1(x)))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        x = x + self.drop_path2(self.ls2(mlp_branch(self, x)))
         return self.act(x)
+
+
+def constant_output(sublayer: nn.Module, training: bool = False) -> torch.Tensor | None:
+    """The output of a sublayer that has no unit left, ``(D,)`` for every token: its output Linear's bias.
+
+    ``None`` when ``sublayer`` has units left, or in ``training`` mode (where dropout would act on
+    the broadcast output, so the sublayer must run). Such a sublayer's output does not depend on
+    its input, so the block may skip the sublayer and the norm before it: at width 48 that norm and
+    the empty matmuls cost as much as a small FFN.
+    """
+    if training:
+        return None
+    if isinstance(sublayer, Mlp) and isinstance(sublayer.fc2, nn.Linear) and sublayer.fc2.in_features == 0:
+        linear = sublayer.fc2
+    elif isinstance(sublayer, VariableHeadAttention) and sublayer.num_heads == 0:
+        linear = sublayer.proj
+    else:
+        return None
+    if linear.bias is None:
+        return linear.weight.new_zeros(linear.out_features)
+    # A copy: an in-place LayerScale must not scale the parameter itself.
+    return linear.bias.clone()
+
+
+def mlp_branch(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``mlp(norm2(x))`` of a pre-norm block, or its :func:`constant_output` without running either."""
+    out = constant_output(block.mlp, block.training)
+    return block.mlp(block.norm2(x)) if out is None else out
 
 
 class VariableHeadAttention(nn.Module):
@@ -188,7 +224,7 @@ class TokenPruneBlock(nn.Module):
                 x, positions = _keep(x, positions, chosen, prefix)
         else:
             x, positions, valid = self._keep_ragged(x, positions, valid, self.scores(cls_row, positions))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        x = x + self.drop_path2(self.ls2(mlp_branch(self, x)))
         return x, positions, valid
 
     def _keep_ragged(self, x: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor | None,

@@ -8,7 +8,8 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
-from vitprune.adapters.timm_blocks import DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention
+from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
+                                          constant_output)
 from vitprune.errors import UnsupportedArchitectureError
 from vitprune.layers import Gate, GatedLayer
 
@@ -52,7 +53,8 @@ def _check_mlp(path: str, mlp: nn.Module) -> None:
 class TimmViTAdapter(ViTAdapter):
     """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
 
-    Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`; the other
+    Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`, and so does
+    width pruning that leaves a sublayer no unit (the block then skips it at inference); the other
     edits keep timm's own modules (a merged MLP is timm's ``Mlp`` with identity activation and fc2).
     """
 
@@ -132,6 +134,13 @@ class TimmViTAdapter(ViTAdapter):
             block = self.model.blocks[index] = DepthBlock(block)
         return block
 
+    def _skip_constant(self, index: int) -> None:
+        """Make block ``index`` a :class:`DepthBlock` if it is timm's ``Block`` with a sublayer left no unit."""
+        block = self.model.blocks[index]
+        if type(block) is Block and (constant_output(block.attn) is not None or
+                                     constant_output(block.mlp) is not None):
+            self._depth_block(index)
+
     def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int) -> None:
         attn, _ = _unwrap(self.model.blocks[index].attn)
         if attn is None:
@@ -158,6 +167,7 @@ class TimmViTAdapter(ViTAdapter):
         if fc1.out_features != fc2.in_features:
             raise ValueError(f"blocks.{index}.mlp: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
         mlp.fc1, mlp.fc2 = fc1, fc2
+        self._skip_constant(index)
 
     def merge_mlp(self, index: int, linear: nn.Linear) -> None:
         block = self.model.blocks[index]
@@ -191,6 +201,7 @@ class TimmViTAdapter(ViTAdapter):
         if block.attn is None:
             raise ValueError(f"blocks.{index} has no attention")
         block.attn = module
+        self._skip_constant(index)
 
     def set_activation(self, index: int, act: nn.Module) -> None:
         mlp = self.model.blocks[index].mlp
@@ -203,7 +214,8 @@ class TimmViTAdapter(ViTAdapter):
         if isinstance(block, TokenPruneBlock):
             block.keep_rate, block.alpha, block.adaptive = keep_rate, alpha, adaptive
             return
-        if type(block) is not Block or type(block.attn) is not Attention:
+        plain = type(block) is Block or (type(block) is DepthBlock and isinstance(block.act, nn.Identity))
+        if not plain or type(block.attn) is not Attention:
             raise ValueError(f"blocks.{index}: token pruning needs timm's Block with timm's own, ungated attention")
         if getattr(self.model, "cls_token", None) is None:
             raise ValueError("token pruning scores patches by the [CLS] token's attention; this model has none")
