@@ -195,6 +195,15 @@ class ViTAdapter(ABC):
         """Install ``act`` as the MLP activation of block ``index`` (for instance a gate around the original)."""
 
     @abstractmethod
+    def prune_embed_dims(self, keep: list[int]) -> None:
+        """Keep only the residual-stream channels ``keep`` (sorted) everywhere the stream is read or written.
+
+        That is the patch embedding and the prefix tokens, the position embedding, every block's
+        norms, the inputs of ``qkv`` and ``fc1`` and the outputs of ``proj`` and ``fc2`` (or of a
+        merged MLP), the LayerScales, the final norms and the classifier inputs.
+        """
+
+    @abstractmethod
     def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         """Make block ``index`` keep its prefix tokens and ``ceil(keep_rate · patches)`` patch tokens before its MLP.
 

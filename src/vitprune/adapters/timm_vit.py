@@ -11,6 +11,7 @@ from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
 from vitprune.errors import UnsupportedArchitectureError
+from vitprune.surgery.linear import slice_linear
 from vitprune.layers import Gate, GatedLayer
 
 
@@ -48,6 +49,42 @@ def _check_mlp(path: str, mlp: nn.Module) -> None:
         raise _reject(path, mlp, "fc1 and fc2 must be nn.Linear, or fc2 the identity after a merge")
     if not isinstance(mlp.norm, nn.Identity):
         raise _reject(path, mlp, "a norm inside the MLP (scale_mlp_norm) is not supported")
+
+
+def _keep(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:
+    return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device)).clone()
+
+
+def _slice_parameter(owner: nn.Module, name: str, dim: int, keep: list[int]) -> None:
+    """Replace ``owner.<name>`` by its slices ``keep`` along ``dim``; absent or ``None`` is left alone."""
+    param = getattr(owner, name, None)
+    if param is not None:
+        setattr(owner, name, nn.Parameter(_keep(param, dim, keep), requires_grad=param.requires_grad))
+
+
+def _slice_norm(norm: nn.Module | None, keep: list[int], path: str) -> nn.Module | None:
+    """``norm`` over the channels ``keep`` only; a LayerNorm's statistics then run over those channels."""
+    if norm is None or isinstance(norm, nn.Identity):
+        return norm
+    if not isinstance(norm, nn.LayerNorm):
+        raise _reject(path, norm, "only LayerNorm can lose channels")
+    new = nn.LayerNorm(len(keep), eps=norm.eps, elementwise_affine=norm.elementwise_affine,
+                       bias=norm.bias is not None, device=norm.weight.device if norm.weight is not None else None,
+                       dtype=norm.weight.dtype if norm.weight is not None else None)
+    with torch.no_grad():
+        if norm.weight is not None:
+            new.weight.copy_(_keep(norm.weight, 0, keep))
+        if norm.bias is not None:
+            new.bias.copy_(_keep(norm.bias, 0, keep))
+    return new.train(norm.training)
+
+
+def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None:
+    if ls is None or isinstance(ls, nn.Identity):
+        return
+    if not isinstance(getattr(ls, "gamma", None), torch.Tensor):
+        raise _reject(path, ls, "not a LayerScale with a per-channel gamma")
+    _slice_parameter(ls, "gamma", 0, keep)
 
 
 class TimmViTAdapter(ViTAdapter):
@@ -208,6 +245,48 @@ class TimmViTAdapter(ViTAdapter):
         if isinstance(mlp.fc2, nn.Identity):
             raise ValueError(f"blocks.{index}.mlp is merged and has no activation")
         mlp.act = act
+
+    def prune_embed_dims(self, keep: list[int]) -> None:
+        model = self.model
+        if model.attn_pool is not None:
+            raise _reject("attn_pool", model.attn_pool, "attention pooling cannot lose channels")
+        proj = model.patch_embed.proj
+        conv = nn.Conv2d(proj.in_channels, len(keep), proj.kernel_size, proj.stride, proj.padding, proj.dilation,
+                         proj.groups, bias=proj.bias is not None, padding_mode=proj.padding_mode,
+                         device=proj.weight.device, dtype=proj.weight.dtype)
+        with torch.no_grad():
+            conv.weight.copy_(_keep(proj.weight, 0, keep))
+            if proj.bias is not None:
+                conv.bias.copy_(_keep(proj.bias, 0, keep))
+        model.patch_embed.proj = conv.train(proj.training)
+        model.patch_embed.norm = _slice_norm(model.patch_embed.norm, keep, "patch_embed.norm")
+        for name in ("cls_token", "reg_token", "dist_token", "pos_embed"):
+            _slice_parameter(model, name, 2, keep)
+        for name in ("norm_pre", "norm", "fc_norm"):
+            setattr(model, name, _slice_norm(getattr(model, name), keep, name))
+        for head in self.classifier_heads():
+            with torch.no_grad():
+                head.weight = nn.Parameter(_keep(head.weight, 1, keep), requires_grad=head.weight.requires_grad)
+            head.in_features = len(keep)
+        for view in self.blocks():
+            self._prune_block_embed_dims(view, keep)
+        model.embed_dim = model.num_features = model.head_hidden_size = len(keep)
+
+    def _prune_block_embed_dims(self, view: BlockView, keep: list[int]) -> None:
+        block, path = view.module, view.name
+        block.norm1 = _slice_norm(block.norm1, keep, f"{path}.norm1")
+        block.norm2 = _slice_norm(block.norm2, keep, f"{path}.norm2")
+        _slice_layer_scale(block.ls1, keep, f"{path}.ls1")
+        _slice_layer_scale(block.ls2, keep, f"{path}.ls2")
+        if view.attn is not None:
+            view.attn.module.qkv = slice_linear(view.attn.qkv, in_idx=keep)
+            view.attn.module.proj = slice_linear(view.attn.proj, out_idx=keep)
+        mlp = view.mlp
+        if mlp.merged:
+            mlp.module.fc1 = slice_linear(mlp.fc1, out_idx=keep, in_idx=keep)
+        else:
+            mlp.module.fc1 = slice_linear(mlp.fc1, in_idx=keep)
+            mlp.module.fc2 = slice_linear(mlp.fc2, out_idx=keep)
 
     def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         block = self.model.blocks[index]

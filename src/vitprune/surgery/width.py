@@ -82,6 +82,21 @@ def prune_mlp_neurons(model: nn.Module, block: int, keep: Sequence[int]) -> None
     adapter.set_mlp(block, fc1=slice_linear(mlp.fc1, out_idx=keep), fc2=slice_linear(mlp.fc2, in_idx=keep))
 
 
+@register_edit("prune_embed_dims")
+def prune_embed_dims(model: nn.Module, keep: Sequence[int]) -> None:
+    """Keep only the residual-stream (embedding) channels ``keep`` (sorted indices) in the whole model.
+
+    Every layer that reads or writes the stream loses the other channels (see
+    :meth:`~vitprune.adapters.base.ViTAdapter.prune_embed_dims`). Unlike the other width edits this
+    changes the function even for zero channels, since each LayerNorm's statistics then run over
+    the kept channels only; keeping all channels changes nothing.
+    """
+    adapter = get_adapter(model)
+    if any(v.attn is not None and v.attn.gate is not None or v.mlp.gate is not None for v in adapter.blocks()):
+        raise ValueError("embedding channels cannot be pruned while depth gates are in place")
+    adapter.prune_embed_dims(check_indices(keep, adapter.embed_dim, "embedding channels"))
+
+
 def compensate_mean_shift(model: nn.Module, block: int, removed: Sequence[int], means: torch.Tensor) -> None:
     """Fold the mean activation of hidden neurons ``removed`` into ``fc2``'s bias: ``b2 += W2[:, removed] @ means``.
 

@@ -6,11 +6,10 @@ import copy
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, value_padding_macs
 from torch.utils.flop_counter import FlopCounterMode
 
 import vitprune
-from vitprune.adapters.timm_blocks import VariableHeadAttention
 from vitprune.measure import count_macs
 from vitprune.methods.hiap import GatedForward, HiAPGates, gate_cost, layer_shapes
 from vitprune.methods.hiap.extract import extract
@@ -66,9 +65,7 @@ def test_extracted_macs_are_the_exact_cost_model_and_flop_counter():
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         small(torch.randn(1, 3, 224, 224))
     # The fused kernel runs A·V on values zero-padded to the query width; the MAC count leaves that padding out.
-    n = vitprune.get_adapter(small).num_tokens
-    padding = sum(n * n * (a.num_heads * a.head_dim - sum(a.value_dims)) for a in
-                  (blk.attn for blk in small.blocks) if isinstance(a, VariableHeadAttention))
+    padding = value_padding_macs(small)
     assert padding > 0
     assert counter.get_total_flops() == 2 * (count_macs(small).macs + padding)
 
