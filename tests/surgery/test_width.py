@@ -11,7 +11,8 @@ from conftest import build
 import vitprune
 from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import VitpruneError
-from vitprune.surgery import prune_attention_dims, prune_heads, prune_mlp_neurons, prune_tokens, slice_linear
+from vitprune.surgery import (prune_attention_dims, prune_head_dims, prune_heads, prune_mlp_neurons, prune_tokens,
+                              slice_linear)
 
 
 def _input(model, batch=2):
@@ -101,6 +102,25 @@ def test_token_pruning_runs_on_a_block_whose_mlp_has_no_neuron():
     x = _input(model)
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_prune_head_dims_keeps_the_same_offsets_in_every_head_and_both_attention_paths_agree():
+    model = vitprune.track(build("deit_small_patch16_224", {"depth": 2}), "deit_small_patch16_224", depth=2)
+    same = copy.deepcopy(model)
+    prune_head_dims(same, 0, list(range(64)))
+    x = _input(model)
+    with torch.no_grad():
+        assert torch.equal(same(x), model(x))
+    keep = [1, 2, 3, 10, 40, 63]
+    q_rows = model.blocks[0].attn.qkv.weight[[h * 64 + j for h in range(6) for j in keep]]
+    prune_head_dims(model, 0, keep)
+    attn = model.blocks[0].attn
+    assert (attn.num_heads, attn.head_dim, attn.qkv.out_features, attn.proj.in_features) == (6, 6, 108, 36)
+    assert torch.equal(attn.qkv.weight[:36], q_rows)
+    with torch.no_grad():
+        fused = model(x)
+        attn.fused_attn = False
+        torch.testing.assert_close(model(x), fused, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("keep, match", [([], "at least one"), ([2, 1], "unique and sorted"), ([0, 99], r"\[0, 3\)")])

@@ -154,8 +154,10 @@ class ViTAdapter(ABC):
         """The classification heads (two for distilled DeiT, none after ``reset_classifier(0)``)."""
 
     @abstractmethod
-    def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int) -> None:
-        """Install new attention projections in block ``index`` (head count may change, head dim may not)."""
+    def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int,
+                      head_dim: int | None = None) -> None:
+        """Install new attention projections in block ``index`` with ``num_heads`` heads of ``head_dim``
+        (``None``: unchanged); a new head dim gets the softmax scale ``head_dim**-0.5``."""
 
     @abstractmethod
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:

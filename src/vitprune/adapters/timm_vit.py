@@ -178,18 +178,21 @@ class TimmViTAdapter(ViTAdapter):
                                      constant_output(block.mlp) is not None):
             self._depth_block(index)
 
-    def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int) -> None:
+    def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int,
+                      head_dim: int | None = None) -> None:
         attn, _ = _unwrap(self.model.blocks[index].attn)
         if attn is None:
             raise ValueError(f"blocks.{index} has no attention")
         if isinstance(attn, VariableHeadAttention):
             raise ValueError(f"blocks.{index}.attn has heads of different value widths; prune it with "
                              "prune_attention_dims")
-        head_dim = attn.head_dim
+        head_dim = attn.head_dim if head_dim is None else head_dim
         if qkv.out_features != 3 * num_heads * head_dim or proj.in_features != num_heads * head_dim:
             raise ValueError(f"blocks.{index}.attn: projections do not fit {num_heads} heads of dim {head_dim}")
         attn.qkv, attn.proj = qkv, proj
-        attn.num_heads = num_heads
+        # timm's fused kernel always scales by head_dim**-0.5 of the tensors it gets; the unfused path must agree.
+        attn.scale = head_dim ** -0.5 if head_dim != attn.head_dim else attn.scale
+        attn.num_heads, attn.head_dim = num_heads, head_dim
         attn.attn_dim = num_heads * head_dim
 
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:

@@ -8,13 +8,14 @@ from vitprune.surgery.depth_gates import DepthGates, add_depth_gates, prune_gate
 from vitprune.surgery.linear import check_indices, merge_linears, slice_linear
 from vitprune.surgery.tokens import prune_tokens, set_token_prior, token_pruning_blocks
 from vitprune.surgery.width import (
-    compensate_mean_shift, prune_attention_dims, prune_embed_dims, prune_heads, prune_mlp_neurons,
+    compensate_mean_shift, prune_attention_dims, prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons,
 )
 
 __all__ = [
     "ATTENTION_IDENTITIES", "DepthGates", "add_depth_gates", "add_output_activation", "check_depth_layers",
     "check_indices", "compensate_mean_shift", "merge_linear_mlps", "merge_linears", "merge_mlp",
-    "prune_attention_dims", "prune_depth", "prune_embed_dims", "prune_gated", "prune_heads", "prune_mlp_neurons", "prune_tokens",
+    "prune_attention_dims", "prune_depth", "prune_embed_dims", "prune_gated", "prune_head_dims", "prune_heads",
+    "prune_mlp_neurons", "prune_tokens",
     "remaining_layers", "remove_activation", "remove_attention", "remove_depth_gates", "set_token_prior",
     "slice_linear", "token_pruning_blocks",
 ]

@@ -39,6 +39,30 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     )
 
 
+@register_edit("prune_head_dims")
+def prune_head_dims(model: nn.Module, block: int, keep: Sequence[int]) -> None:
+    """Keep dimensions ``keep`` (sorted offsets within a head) of every head's query, key and value in block ``block``.
+
+    What torch-pruning's head-dimension pruning does: the same offsets in every head, so heads stay
+    uniform and timm's fused attention still runs. The softmax scale becomes the new
+    ``head_dim**-0.5``, which timm's fused kernel applies anyway. Not function-preserving (the
+    query-key products lose terms).
+    """
+    adapter = get_adapter(model)
+    attn = adapter.block(block).attn
+    if attn is None:
+        raise ValueError(f"block {block} has no attention to prune")
+    if attn.value_dims is not None or attn.gate is not None:
+        raise ValueError(f"block {block}: prune_head_dims needs timm's uniform, ungated attention")
+    if not (isinstance(attn.module.q_norm, nn.Identity) and isinstance(attn.module.k_norm, nn.Identity)):
+        raise ValueError(f"block {block}: query/key norms over the head dimension cannot lose dimensions")
+    hd, heads, width = attn.head_dim, attn.num_heads, attn.attn_dim
+    keep = check_indices(keep, hd, f"block {block} head dimensions")
+    cols = [h * hd + j for h in range(heads) for j in keep]
+    adapter.set_attention(block, qkv=slice_linear(attn.qkv, out_idx=[p * width + c for p in range(3) for c in cols]),
+                          proj=slice_linear(attn.proj, in_idx=cols), num_heads=heads, head_dim=len(keep))
+
+
 @register_edit("prune_attention_dims")
 def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
                          value_dims: Sequence[Sequence[int]]) -> None:

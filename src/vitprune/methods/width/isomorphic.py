@@ -1,0 +1,180 @@
+"""Isomorphic (and plain global) width pruning: torch-pruning decides, vitprune's recorded edits cut.
+
+torch-pruning traces the model, groups the channels that must go together (the residual stream's
+embedding channels, each block's heads or head dimensions, each FFN's neurons) and ranks them with
+an importance criterion; with ``isomorphic`` the ranking is global within groups of the same shape
+(Isomorphic Pruning, Fang et al. 2024, the width step of HetDPT+). It plans on a copy. The plan is
+then applied to the model with :func:`~vitprune.surgery.prune_embed_dims`, ``prune_heads``,
+``prune_head_dims`` and ``prune_mlp_neurons``, so it lands in the recipe and the model saves and
+loads without pickle. The result equals torch-pruning's own pruned model (tested).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitprune.adapters import get_adapter
+from vitprune.adapters.timm_blocks import TokenPruneBlock
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
+
+#: Importance criteria, by name: what each ranks a channel group by.
+IMPORTANCES: dict[str, str] = {
+    "magnitude": "L1 norm of the group's weights (data-free)",
+    "taylor": "|weight · gradient| summed over the group (first-order Taylor; needs batches)",
+}
+
+
+def _torch_pruning():
+    try:
+        import torch_pruning
+    except ImportError:
+        raise VitpruneError("width pruning needs torch-pruning: pip install 'vitprune[width]'") from None
+    return torch_pruning
+
+
+@dataclass
+class WidthPlan:
+    """What to keep: embedding channels (``None``: all), and per block the heads, head offsets and FFN neurons
+    (blocks absent from a dict keep all of that kind)."""
+
+    embed: list[int] | None = None
+    heads: dict[int, list[int]] = field(default_factory=dict)
+    head_dims: dict[int, list[int]] = field(default_factory=dict)
+    neurons: dict[int, list[int]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (block keys as strings)."""
+        return {"embed": self.embed, **{name: {str(b): k for b, k in getattr(self, name).items()}
+                                        for name in ("heads", "head_dims", "neurons")}}
+
+
+def _check_supported(model: nn.Module) -> None:
+    adapter = get_adapter(model)
+    for view in adapter.blocks():
+        if isinstance(view.module, TokenPruneBlock):
+            raise UnsupportedArchitectureError(f"{view.name} prunes tokens; prune width before tokens")
+        if view.attn is not None and (view.attn.value_dims is not None or view.attn.gate is not None):
+            raise UnsupportedArchitectureError(f"{view.name}.attn has uneven or gated heads; torch-pruning cannot "
+                                               "trace it (prune width before HiAP or depth gates)")
+        if view.mlp.gate is not None:
+            raise UnsupportedArchitectureError(f"{view.name}.mlp is gated; remove the depth gates first")
+
+
+def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude", isomorphic: bool = True,
+               heads: bool = False, embed: bool = True, batches: Iterable[tuple[torch.Tensor, torch.Tensor]] = (),
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> WidthPlan:
+    """Ask torch-pruning which channels to remove at ``ratio`` (its per-group channel ratio, ranked globally).
+
+    ``heads`` prunes whole heads (at the same ratio) instead of head dimensions; ``embed=False``
+    keeps the residual stream whole. ``taylor`` importance accumulates gradients of ``loss_fn``
+    (cross-entropy by default) over ``batches``. The model itself is not changed.
+    """
+    tp = _torch_pruning()
+    if importance not in IMPORTANCES:
+        raise VitpruneError(f"unknown importance {importance!r} (choose from: {', '.join(IMPORTANCES)})")
+    if not 0.0 <= ratio < 1.0:
+        raise VitpruneError(f"width ratio must be in [0, 1), got {ratio}")
+    _check_supported(model)
+    work = copy.deepcopy(model).eval()
+    adapter = get_adapter(work)
+    views = adapter.blocks()
+    example = torch.randn(1, *adapter.input_size, device=next(work.parameters()).device)
+    ignored = list(adapter.classifier_heads())
+    if not embed:
+        ignored.append(work.patch_embed.proj)
+    attn = {v.attn.qkv: v.index for v in views if v.attn is not None}
+    pruner = tp.pruner.MetaPruner(
+        work, example, importance=_importance(tp, importance), global_pruning=True, isomorphic=isomorphic,
+        pruning_ratio=ratio, ignored_layers=ignored,
+        num_heads={qkv: views[i].attn.num_heads for qkv, i in attn.items()}, prune_num_heads=heads,
+        prune_head_dims=not heads, head_pruning_ratio=ratio if heads else 0.0,
+        unwrapped_parameters=_stream_parameters(work))
+    if importance == "taylor":
+        _accumulate_gradients(work, batches, loss_fn)
+    fc1 = {v.mlp.fc1: v.index for v in views if not v.mlp.merged}
+    plan = WidthPlan()
+    for group in pruner.step(interactive=True):
+        removed = {}
+        for dep, idxs in group:
+            if "out_channels" in dep.handler.__name__:
+                removed.setdefault(dep.target.module, sorted(int(i) for i in idxs))
+        if work.patch_embed.proj in removed:
+            plan.embed = _complement(removed[work.patch_embed.proj], adapter.embed_dim)
+        elif qkv := next((m for m in removed if m in attn), None):
+            _plan_attention(plan, views[attn[qkv]], removed[qkv])
+        elif fc := next((m for m in removed if m in fc1), None):
+            plan.neurons[fc1[fc]] = _complement(removed[fc], fc.out_features)
+    return plan
+
+
+def _importance(tp, name: str):
+    if name == "taylor":
+        return tp.importance.GroupTaylorImportance()
+    return tp.importance.GroupMagnitudeImportance(p=1)
+
+
+def _stream_parameters(model: nn.Module) -> list[tuple[nn.Parameter, int]]:
+    """The token and position embeddings: torch-pruning must cut their last (channel) dimension."""
+    names = ("cls_token", "reg_token", "dist_token", "pos_embed")
+    return [(p, 2) for p in (getattr(model, n, None) for n in names) if isinstance(p, nn.Parameter)]
+
+
+def _accumulate_gradients(model: nn.Module, batches, loss_fn) -> None:
+    loss_fn = loss_fn or nn.functional.cross_entropy
+    model.zero_grad()
+    seen = 0
+    for images, labels in batches:
+        loss_fn(model(images), labels).backward()
+        seen += 1
+    if not seen:
+        raise VitpruneError("taylor importance needs at least one batch of data")
+
+
+def _complement(removed: list[int], size: int) -> list[int]:
+    gone = set(removed)
+    return [i for i in range(size) if i not in gone]
+
+
+def _plan_attention(plan: WidthPlan, view, removed: list[int]) -> None:
+    """Read torch-pruning's removed ``qkv`` rows as whole heads or as the same offsets in every head."""
+    attn = view.attn
+    hd, width = attn.head_dim, attn.attn_dim
+    q_rows = [r for r in removed if r < width]
+    by_head: dict[int, set[int]] = {}
+    for r in q_rows:
+        by_head.setdefault(r // hd, set()).add(r % hd)
+    whole = [h for h, offsets in by_head.items() if len(offsets) == hd]
+    if len(whole) == len(by_head):
+        plan.heads[view.index] = [h for h in range(attn.num_heads) if h not in by_head]
+        return
+    offsets = {frozenset(o) for o in by_head.values()}
+    if len(offsets) != 1 or len(by_head) != attn.num_heads:
+        raise VitpruneError(f"{view.name}: torch-pruning removed different dimensions in different heads, "
+                            "which timm's attention cannot hold")
+    plan.head_dims[view.index] = _complement(sorted(next(iter(offsets))), hd)
+
+
+def apply_width(model: nn.Module, plan: WidthPlan) -> None:
+    """Carry out ``plan`` on ``model`` with recorded edits."""
+    for block, keep in plan.heads.items():
+        prune_heads(model, block, keep)
+    for block, keep in plan.head_dims.items():
+        prune_head_dims(model, block, keep)
+    for block, keep in plan.neurons.items():
+        prune_mlp_neurons(model, block, keep)
+    if plan.embed is not None and len(plan.embed) < get_adapter(model).embed_dim:
+        prune_embed_dims(model, plan.embed)
+
+
+def prune_width(model: nn.Module, ratio: float, **options: Any) -> WidthPlan:
+    """:func:`plan_width` then :func:`apply_width`, in place; returns the plan."""
+    plan = plan_width(model, ratio, **options)
+    apply_width(model, plan)
+    return plan

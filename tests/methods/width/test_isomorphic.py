@@ -1,0 +1,117 @@
+"""Width pruning chosen by torch-pruning and cut by vitprune's recorded edits."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+import torch
+from conftest import build
+from torch.utils.flop_counter import FlopCounterMode
+
+import vitprune
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.measure import count_macs
+from vitprune.methods.width import apply_width, plan_width, prune_width
+from vitprune.surgery import prune_attention_dims, prune_depth, prune_tokens
+
+tp = pytest.importorskip("torch_pruning")
+
+
+def _model(name="deit_tiny_patch16_224", depth=3, **kwargs):
+    return vitprune.track(build(name, {"depth": depth, **kwargs}), name, depth=depth, **kwargs)
+
+
+def _input(model, batch=2):
+    return torch.randn(batch, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(0))
+
+
+def _torch_pruning_itself(model, ratio):
+    """torch-pruning's own pruned model, set up as its timm ViT example does."""
+    model = copy.deepcopy(model)
+    pruner = tp.pruner.MetaPruner(
+        model, _input(model, 1), importance=tp.importance.GroupMagnitudeImportance(p=1), global_pruning=True,
+        isomorphic=True, pruning_ratio=ratio, ignored_layers=[model.head],
+        num_heads={b.attn.qkv: b.attn.num_heads for b in model.blocks}, prune_head_dims=True,
+        unwrapped_parameters=[(model.cls_token, 2), (model.pos_embed, 2)])
+    pruner.step()
+    for block in model.blocks:
+        attn = block.attn
+        attn.num_heads = pruner.num_heads[attn.qkv]
+        attn.head_dim = attn.qkv.out_features // (3 * attn.num_heads)
+        attn.attn_dim = attn.num_heads * attn.head_dim
+    return model
+
+
+def test_recorded_edits_equal_torch_pruning_own_result(tmp_path):
+    model = _model()
+    theirs = _torch_pruning_itself(model, 0.5)
+    plan = prune_width(model, 0.5)
+    assert len(plan.embed) == 96 and set(plan.head_dims) == set(plan.neurons) == {0, 1, 2}
+    x = _input(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), theirs(x), rtol=0, atol=0)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in theirs.parameters())
+    vitprune.save(model, tmp_path / "m")
+    with torch.no_grad():
+        assert torch.equal(vitprune.load(tmp_path / "m")(x), model(x))
+
+
+def test_width_pruning_a_depth_pruned_deit_s_counts_right(tmp_path):
+    model = _model("deit_small_patch16_224", depth=4)
+    prune_depth(model, attention=[1], activation=[0, 2], fold_norm=True)
+    prune_width(model, 0.3)
+    adapter = vitprune.get_adapter(model)
+    assert adapter.embed_dim < 384 and adapter.block(0).mlp.merged and adapter.block(1).attn is None
+    x = _input(model)
+    with torch.no_grad():
+        out = model(x)
+    assert torch.isfinite(out).all()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(_input(model, 1))
+    assert 2 * count_macs(model).macs == counter.get_total_flops()
+    vitprune.save(model, tmp_path / "m")
+    loaded = vitprune.load(tmp_path / "m")
+    with torch.no_grad():
+        assert torch.equal(loaded(x), out)
+    # The recipe alone rebuilds the architecture on a fresh base model.
+    assert [tuple(p.shape) for p in loaded.parameters()] == [tuple(p.shape) for p in model.parameters()]
+
+
+def test_whole_heads_and_a_whole_stream():
+    model = _model("deit_small_patch16_224", depth=2)
+    plan = plan_width(model, 0.5, heads=True, embed=False)
+    assert plan.embed is None and not plan.head_dims and {len(k) for k in plan.heads.values()} <= {2, 3, 4}
+    apply_width(model, plan)
+    assert vitprune.get_adapter(model).embed_dim == 384
+    assert [vitprune.get_adapter(model).block(b).attn.num_heads for b in (0, 1)] == [len(plan.heads[0]),
+                                                                                      len(plan.heads[1])]
+
+
+def test_taylor_importance_uses_the_batches():
+    model = _model()
+    images, labels = _input(model, 4), torch.tensor([0, 1, 2, 3])
+    taylor = plan_width(model, 0.5, importance="taylor", batches=[(images, labels)])
+    assert taylor.neurons != plan_width(model, 0.5).neurons
+    with pytest.raises(VitpruneError, match="taylor importance needs at least one batch"):
+        plan_width(model, 0.5, importance="taylor")
+
+
+def test_width_mistakes(monkeypatch):
+    model = _model()
+    with pytest.raises(VitpruneError, match="width ratio must be in"):
+        plan_width(model, 1.0)
+    with pytest.raises(VitpruneError, match="unknown importance 'l2'"):
+        plan_width(model, 0.5, importance="l2")
+    uneven = copy.deepcopy(model)
+    prune_attention_dims(uneven, 1, [0], [[0, 1]])
+    with pytest.raises(UnsupportedArchitectureError, match="blocks.1.attn has uneven or gated heads"):
+        plan_width(uneven, 0.5)
+    tokens = copy.deepcopy(model)
+    prune_tokens(tokens, 1, 0.5)
+    with pytest.raises(UnsupportedArchitectureError, match="prune width before tokens"):
+        plan_width(tokens, 0.5)
+    monkeypatch.setitem(sys.modules, "torch_pruning", None)
+    with pytest.raises(VitpruneError, match=r"pip install 'vitprune\[width\]'"):
+        plan_width(model, 0.5)
