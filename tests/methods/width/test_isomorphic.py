@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import vitprune
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
-from vitprune.methods.width import apply_width, plan_width, prune_width
+from vitprune.methods.width import apply_width, plan_width, prune_width, prune_width_to_macs
 from vitprune.surgery import prune_attention_dims, prune_depth, prune_tokens
 
 tp = pytest.importorskip("torch_pruning")
@@ -96,6 +96,19 @@ def test_taylor_importance_uses_the_batches():
     assert taylor.neurons != plan_width(model, 0.5).neurons
     with pytest.raises(VitpruneError, match="taylor importance needs at least one batch"):
         plan_width(model, 0.5, importance="taylor")
+
+
+def test_a_mac_target_is_met_from_below():
+    model = _model()
+    dense = count_macs(model, convention="linear").macs
+    ratio, plan = prune_width_to_macs(model, 0.5 * dense, convention="linear", steps=8)
+    reached = count_macs(model, convention="linear").macs
+    assert 0.45 * dense < reached <= 0.5 * dense and 0 < ratio < 0.95
+    assert vitprune.get_recipe(model).edits[-1].op == "prune_embed_dims" and plan.embed is not None
+    with pytest.raises(VitpruneError, match="is not below the model's"):
+        prune_width_to_macs(model, reached, convention="linear")
+    with pytest.raises(VitpruneError, match="is out of reach: width ratio 0.95 still costs"):
+        prune_width_to_macs(model, 1000)
 
 
 def test_width_mistakes(monkeypatch):

@@ -22,6 +22,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.adapters.timm_blocks import TokenPruneBlock
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.measure import count_macs
 from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
 
 #: Importance criteria, by name: what each ranks a channel group by.
@@ -178,3 +179,37 @@ def prune_width(model: nn.Module, ratio: float, **options: Any) -> WidthPlan:
     plan = plan_width(model, ratio, **options)
     apply_width(model, plan)
     return plan
+
+
+def prune_width_to_macs(model: nn.Module, macs: float, *, convention: str = "full", steps: int = 14,
+                        **options: Any) -> tuple[float, WidthPlan]:
+    """Prune ``model`` in place at the smallest ratio whose result costs at most ``macs`` (in ``convention``).
+
+    The ratio is found by bisection over ``[0, 0.95]``, planning on copies (``options`` as for
+    :func:`plan_width`); returns the ratio and its plan. A target below what ratio 0.95 reaches, or at
+    or above the model's own MACs, is a :class:`VitpruneError`.
+    """
+    have = count_macs(model, convention=convention).macs
+    if macs >= have:
+        raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is not below the model's {have / 1e9:.3g} GMACs "
+                            f"({convention} convention)")
+
+    def cost(ratio: float) -> tuple[int, WidthPlan]:
+        trial = copy.deepcopy(model)
+        plan = prune_width(trial, ratio, **options)
+        return count_macs(trial, convention=convention).macs, plan
+
+    low, high = 0.0, 0.95
+    reached, plan = cost(high)
+    if reached > macs:
+        raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is out of reach: width ratio {high} still costs "
+                            f"{reached / 1e9:.3g} GMACs ({convention} convention)")
+    for _ in range(steps):
+        mid = (low + high) / 2
+        reached_mid, plan_mid = cost(mid)
+        if reached_mid <= macs:
+            high, plan = mid, plan_mid
+        else:
+            low = mid
+    apply_width(model, plan)
+    return high, plan
