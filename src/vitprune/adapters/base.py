@@ -149,6 +149,15 @@ class ViTAdapter(ABC):
         token, average of the patch tokens, the two tokens of a distilled DeiT).
         """
 
+    @property
+    @abstractmethod
+    def stem(self) -> nn.Module:
+        """The layer that first writes the residual stream (the patch embedding's projection)."""
+
+    @abstractmethod
+    def token_parameters(self) -> list[nn.Parameter]:
+        """The learned tokens and position embedding added to the stream, each ``(1, tokens, embed_dim)``."""
+
     @abstractmethod
     def classifier_heads(self) -> list[nn.Module]:
         """The classification heads (two for distilled DeiT, none after ``reset_classifier(0)``)."""

@@ -51,6 +51,10 @@ def _check_mlp(path: str, mlp: nn.Module) -> None:
         raise _reject(path, mlp, "a norm inside the MLP (scale_mlp_norm) is not supported")
 
 
+#: The learned tokens and position embedding a timm ViT adds to the stream.
+_TOKEN_PARAMETERS = ("cls_token", "reg_token", "dist_token", "pos_embed")
+
+
 def _keep(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:
     return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device)).clone()
 
@@ -158,6 +162,14 @@ class TimmViTAdapter(ViTAdapter):
         # timm's own head path: pool, fc_norm, head dropout; a distilled DeiT averages its two tokens.
         return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
 
+    @property
+    def stem(self) -> nn.Module:
+        return self.model.patch_embed.proj
+
+    def token_parameters(self) -> list[nn.Parameter]:
+        params = (getattr(self.model, name, None) for name in _TOKEN_PARAMETERS)
+        return [p for p in params if isinstance(p, nn.Parameter)]
+
     def classifier_heads(self) -> list[nn.Module]:
         heads = [self.model.head, getattr(self.model, "head_dist", None)]
         return [h for h in heads if isinstance(h, nn.Linear)]
@@ -263,7 +275,7 @@ class TimmViTAdapter(ViTAdapter):
                 conv.bias.copy_(_keep(proj.bias, 0, keep))
         model.patch_embed.proj = conv.train(proj.training)
         model.patch_embed.norm = _slice_norm(model.patch_embed.norm, keep, "patch_embed.norm")
-        for name in ("cls_token", "reg_token", "dist_token", "pos_embed"):
+        for name in _TOKEN_PARAMETERS:
             _slice_parameter(model, name, 2, keep)
         for name in ("norm_pre", "norm", "fc_norm"):
             setattr(model, name, _slice_norm(getattr(model, name), keep, name))

@@ -89,14 +89,15 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     example = torch.randn(1, *adapter.input_size, device=next(work.parameters()).device)
     ignored = list(adapter.classifier_heads())
     if not embed:
-        ignored.append(work.patch_embed.proj)
+        ignored.append(adapter.stem)
     attn = {v.attn.qkv: v.index for v in views if v.attn is not None}
     pruner = tp.pruner.MetaPruner(
         work, example, importance=_importance(tp, importance), global_pruning=True, isomorphic=isomorphic,
         pruning_ratio=ratio, ignored_layers=ignored,
         num_heads={qkv: views[i].attn.num_heads for qkv, i in attn.items()}, prune_num_heads=heads,
         prune_head_dims=not heads, head_pruning_ratio=ratio if heads else 0.0,
-        unwrapped_parameters=_stream_parameters(work))
+        # The token and position embeddings: torch-pruning must cut their channel dimension.
+        unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
     if importance == "taylor":
         _accumulate_gradients(work, batches, loss_fn)
     fc1 = {v.mlp.fc1: v.index for v in views if not v.mlp.merged}
@@ -106,8 +107,8 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
         for dep, idxs in group:
             if "out_channels" in dep.handler.__name__:
                 removed.setdefault(dep.target.module, sorted(int(i) for i in idxs))
-        if work.patch_embed.proj in removed:
-            plan.embed = _complement(removed[work.patch_embed.proj], adapter.embed_dim)
+        if adapter.stem in removed:
+            plan.embed = _complement(removed[adapter.stem], adapter.embed_dim)
         elif qkv := next((m for m in removed if m in attn), None):
             _plan_attention(plan, views[attn[qkv]], removed[qkv])
         elif fc := next((m for m in removed if m in fc1), None):
@@ -119,12 +120,6 @@ def _importance(tp, name: str):
     if name == "taylor":
         return tp.importance.GroupTaylorImportance()
     return tp.importance.GroupMagnitudeImportance(p=1)
-
-
-def _stream_parameters(model: nn.Module) -> list[tuple[nn.Parameter, int]]:
-    """The token and position embeddings: torch-pruning must cut their last (channel) dimension."""
-    names = ("cls_token", "reg_token", "dist_token", "pos_embed")
-    return [(p, 2) for p in (getattr(model, n, None) for n in names) if isinstance(p, nn.Parameter)]
 
 
 def _accumulate_gradients(model: nn.Module, batches, loss_fn) -> None:
