@@ -81,14 +81,98 @@ def depth(
     if json_out:
         print_json(summary)
         return
-    _render(summary, comparison)
+    _render(summary, comparison, f"{summary['model']}: attention removed in blocks {summary['attention'] or 'none'}, "
+                                 f"activation in {summary['activation'] or 'none'} (identity '{summary['identity']}')")
 
 
-def _render(summary: dict, comparison: Comparison | None) -> None:
+class Importance(str, Enum):
+    magnitude = "magnitude"
+    taylor = "taylor"
+
+
+class Convention(str, Enum):
+    full = "full"
+    linear = "linear"
+
+
+@prune_app.command()
+def width(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
+    ratio: Optional[float] = typer.Option(None, "--ratio", "-p", help="torch-pruning's channel ratio, e.g. 0.5."),
+    macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image instead of a ratio."),
+    convention: Convention = typer.Option(Convention.full, help="MAC convention of --macs: full (with attention "
+                                                                 "matmuls) or linear (Linear/Conv only)."),
+    importance: Importance = typer.Option(Importance.magnitude, help="magnitude (data-free) or taylor (needs "
+                                                                      "--data)."),
+    heads: bool = typer.Option(False, "--heads/--head-dims", help="Remove whole heads instead of head dimensions."),
+    embed: bool = typer.Option(True, "--embed/--no-embed", help="Also prune the residual stream's channels."),
+    isomorphic: bool = typer.Option(True, "--isomorphic/--global", help="Rank within groups of the same shape "
+                                                                         "(Isomorphic Pruning) or all together."),
+    data: Optional[str] = typer.Option(None, "--data", help="Data for taylor importance (digits, cifar10, ...)."),
+    batches: int = typer.Option(4, "--batches", min=1, help="Training batches of 16 for taylor importance."),
+    pretrained: bool = PRETRAINED_OPT,
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
+    speed: bool = typer.Option(True, "--speed/--no-speed", help="Measure the speedup (alternating pairs)."),
+    speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = typer.Option(10, min=3, help="Timed pairs for the speed measurement."),
+    device: str = DEVICE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, head dims or heads, FFN neurons),
+    cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
+    import copy
+    import itertools
+
+    from vitprune.data import build_loader
+    from vitprune.device import resolve_device
+    from vitprune.measure import compare_speed
+    from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
+    from vitprune.models import resolve_model
+    from vitprune.recipe import save
+
+    if (ratio is None) == (macs is None):
+        raise VitpruneError("give exactly one of --ratio and --macs")
+    if importance is Importance.taylor and data is None:
+        raise VitpruneError("taylor importance needs --data")
+    if data is not None:
+        dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
+                                   download=download)
+        loader = build_loader(sets["train"], 16, shuffle=True, seed=0)
+        taylor_batches = list(itertools.islice(loader, batches))
+    else:
+        dense, taylor_batches = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), []
+    options = {"importance": importance.value, "heads": heads, "embed": embed, "isomorphic": isomorphic,
+               "batches": taylor_batches}
+    pruned = copy.deepcopy(dense)
+    if macs is not None:
+        ratio, plan = prune_width_to_macs(pruned, macs * 1e9, convention=convention.value, **options)
+    else:
+        plan = plan_width(pruned, ratio, **options)
+        apply_width(pruned, plan)
+    before, after = count_macs(dense).totals(), count_macs(pruned).totals()
+    summary = {"model": model, "out": str(out), "ratio": ratio, "target_gmacs": macs,
+               "convention": convention.value, "options": {k: v for k, v in options.items() if k != "batches"},
+               "plan": plan.to_dict(), "before": before, "after": after}
+    save(pruned, out, metadata={"prune_width": summary})
+    comparison = None
+    if speed:
+        comparison = compare_speed(pruned, dense, batch_size=speed_batch, device=resolve_device(device),
+                                   pairs=repeats, warmup=3, progress=not json_out)
+        summary["speed"] = comparison.to_dict()
+    if json_out:
+        print_json(summary)
+        return
+    _render(summary, comparison, f"{model}: width ratio {ratio:.4f} ({importance.value}, "
+                                 f"{'isomorphic' if isomorphic else 'global'}, {'heads' if heads else 'head dims'}"
+                                 f"{', stream channels' if embed else ''})")
+
+
+def _render(summary: dict, comparison: Comparison | None, title: str) -> None:
     before, after = summary["before"], summary["after"]
-    table = Table("", "before", "after", "after / before",
-                  title=f"{summary['model']}: attention removed in blocks {summary['attention'] or 'none'}, "
-                        f"activation in {summary['activation'] or 'none'} (identity '{summary['identity']}')")
+    table = Table("", "before", "after", "after / before", title=title)
     rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
             ("MACs, linear-only (no attention matmuls)", "macs_linear")]
     for label, key in rows:
