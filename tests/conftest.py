@@ -67,17 +67,6 @@ def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def value_padding_macs(model: torch.nn.Module) -> int:
-    """A·V MACs per image that uneven heads run on zero padding (``VariableHeadAttention``): FlopCounterMode sees
-    them, the MAC count leaves them out."""
-    from vitprune.adapters import get_adapter
-    from vitprune.adapters.timm_blocks import VariableHeadAttention
-
-    n = get_adapter(model).num_tokens
-    return sum(n * n * (a.num_heads * a.head_dim - sum(a.value_dims)) for a in model.modules()
-               if isinstance(a, VariableHeadAttention))
-
-
 def run_torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 300) -> None:
     """Run ``script`` under ``torchrun --nproc_per_node nproc`` on CPU (gloo, loopback only, one thread each)."""
     with socket.socket() as sock:

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
-from conftest import build, value_padding_macs
+from conftest import build
 from torch.utils.flop_counter import FlopCounterMode
 
 import vitprune
-from vitprune.measure import count_macs
+from vitprune.measure import count_macs, value_padding_macs
 from vitprune.surgery import (prune_attention_dims, prune_depth, prune_embed_dims, prune_heads, prune_mlp_neurons,
                               prune_tokens)
 

@@ -1,7 +1,8 @@
 """Measurement: MACs and parameters of the model as it is, and honest wall-clock speed."""
 
 from vitprune.measure.context import Context, OtherLoad, collect_context, device_name, watch_other_load
-from vitprune.measure.macs import CONVENTIONS, BlockMacs, MacReport, count_macs, format_count, resolve_input_size
+from vitprune.measure.macs import (CONVENTIONS, BlockMacs, MacReport, count_macs, format_count, resolve_input_size,
+                                   value_padding_macs)
 from vitprune.measure.speed import Comparison, SpeedResult, Spread, compare_speed, measure_speed
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "format_count",
     "measure_speed",
     "resolve_input_size",
+    "value_padding_macs",
     "watch_other_load",
 ]

@@ -248,3 +248,16 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
 
 def _is_compute(module: nn.Module) -> bool:
     return isinstance(module, (nn.Linear, *_CONV_TYPES))
+
+
+def value_padding_macs(model: nn.Module, *, image: torch.Tensor | None = None) -> int:
+    """A·V MACs per image that uneven heads run on zero padding: kernels see them, :func:`count_macs` does not.
+
+    HiAP's uneven heads pad each head's values to the query width so that one fused kernel runs
+    all heads; that is ``N² · (heads · head_dim − Σ value widths)`` per block, with ``N`` the tokens
+    entering it (on ``image``, as :func:`count_macs`). With :func:`count_macs` it accounts for
+    everything ``torch.utils.flop_counter.FlopCounterMode`` sees.
+    """
+    tokens = {b.index: b.tokens for b in count_macs(model, image=image).blocks}
+    return sum(tokens[v.index] ** 2 * (v.attn.num_heads * v.attn.head_dim - v.attn.attn_dim)
+               for v in get_adapter(model).blocks() if v.attn is not None and v.attn.value_dims is not None)

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 import torch
-from conftest import build, value_padding_macs
+from conftest import build
 from torch.utils.flop_counter import FlopCounterMode
 
 import vitprune
-from vitprune.measure import count_macs
+from vitprune.measure import count_macs, value_padding_macs
 from vitprune.methods.hiap import GatedForward, HiAPGates, gate_cost, layer_shapes
 from vitprune.methods.hiap.extract import extract
 

@@ -1,0 +1,104 @@
+"""Checks that a pruned model (after any chain of methods) is still what vitprune says it is.
+
+* its MAC count equals what ``FlopCounterMode`` sees running it (plus the documented value padding);
+* it saves and loads back to identical outputs;
+* its recipe, replayed on a fresh base model, rebuilds the same architecture;
+* where its structure is static, it exports to ONNX and onnxruntime gives the same outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from vitprune.adapters import get_adapter
+from vitprune.measure import count_macs, value_padding_macs
+from vitprune.models.factory import build_base
+from vitprune.recipe import get_recipe, load, save
+from vitprune.recipe.edits import replay
+
+
+@dataclass
+class Consistency:
+    """What :func:`check_consistency` found; :attr:`ok` says whether every check that ran passed."""
+
+    macs_counted: int
+    macs_padding: int
+    macs_flop_counter: int
+    round_trip_max_diff: float
+    architecture_rebuilt: bool
+    onnx_max_diff: float | None
+    onnx_skipped: str | None
+
+    @property
+    def ok(self) -> bool:
+        """MACs agree, the round trip is exact, the architecture rebuilds, and ONNX (if run) agrees to 1e-4."""
+        return (self.macs_counted + self.macs_padding == self.macs_flop_counter and self.round_trip_max_diff == 0.0
+                and self.architecture_rebuilt and (self.onnx_max_diff is None or self.onnx_max_diff <= 1e-4))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, with :attr:`ok`."""
+        return {**asdict(self), "ok": self.ok}
+
+
+def _structure(model: nn.Module) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Every module's type and every parameter's and buffer's shape, by name."""
+    modules = [(name, type(m).__name__, ()) for name, m in model.named_modules()]
+    tensors = [(name, "tensor", tuple(t.shape)) for name, t in [*model.named_parameters(), *model.named_buffers()]]
+    return modules + tensors
+
+
+def _static(model: nn.Module) -> str | None:
+    """Why the model's structure is not static (so no ONNX check), or ``None``."""
+    for view in get_adapter(model).blocks():
+        if getattr(view.module, "adaptive", False):
+            return f"{view.name} keeps a per-image number of tokens (a-STAR)"
+    return None
+
+
+def _onnx_max_diff(model: nn.Module, x: torch.Tensor, expected: torch.Tensor, directory: Path) -> float:
+    import onnxruntime
+
+    path = directory / "model.onnx"
+    torch.onnx.export(model, (x,), dynamo=True).save(str(path))
+    session = onnxruntime.InferenceSession(str(path))
+    got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    return (got - expected).abs().max().item()
+
+
+def check_consistency(model: nn.Module, *, onnx: bool = True, directory: str | os.PathLike | None = None,
+                      seed: int = 0) -> Consistency:
+    """Run every check on ``model`` (CPU, eval mode) with one random image; files go to ``directory`` (default: a
+    temporary one). ONNX is skipped, with the reason recorded, where the structure is dynamic or the ``onnx``
+    extra is not installed."""
+    model = model.eval()
+    x = torch.randn(1, *get_adapter(model).input_size, generator=torch.Generator().manual_seed(seed))
+    with tempfile.TemporaryDirectory() as tmp:
+        where = Path(directory) if directory is not None else Path(tmp)
+        with torch.no_grad():
+            expected = model(x)
+            with FlopCounterMode(display=False) as counter:
+                model(x)
+            save(model, where / "model")
+            loaded = load(where / "model")
+            round_trip = (loaded(x) - expected).abs().max().item()
+        fresh = build_base(get_recipe(model).base)
+        replay(fresh, get_recipe(model).edits)
+        skipped = _static(model) if onnx else "not asked for"
+        onnx_diff = None
+        if skipped is None:
+            try:
+                onnx_diff = _onnx_max_diff(model, x, expected, where)
+            except ImportError:
+                skipped = "the onnx extra is not installed: pip install 'vitprune[onnx]'"
+    return Consistency(
+        macs_counted=count_macs(model, image=x[0]).macs, macs_padding=value_padding_macs(model, image=x[0]),
+        macs_flop_counter=counter.get_total_flops() // 2, round_trip_max_diff=round_trip,
+        architecture_rebuilt=_structure(fresh) == _structure(model), onnx_max_diff=onnx_diff, onnx_skipped=skipped)
