@@ -56,10 +56,7 @@ def depth(
     """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
     import copy
 
-    from vitprune.device import resolve_device
-    from vitprune.measure import compare_speed
     from vitprune.models import resolve_model
-    from vitprune.recipe import save
     from vitprune.surgery import prune_depth
 
     attn_idx, act_idx = parse_indices(attention, "attention"), parse_indices(activation, "activation")
@@ -72,17 +69,10 @@ def depth(
     summary = {"model": model, "out": str(out), "attention": sorted(attn_idx), "activation": sorted(act_idx),
                "identity": identity.value, "fold_norm": fold_norm, "output_gelu": output_gelu,
                "before": before, "after": after}
-    save(pruned, out, metadata={"prune_depth": summary})
-    comparison = None
-    if speed:
-        comparison = compare_speed(pruned, dense, batch_size=batch_size, device=resolve_device(device),
-                                   pairs=repeats, warmup=3, progress=not json_out)
-        summary["speed"] = comparison.to_dict()
-    if json_out:
-        print_json(summary)
-        return
-    _render(summary, comparison, f"{summary['model']}: attention removed in blocks {summary['attention'] or 'none'}, "
-                                 f"activation in {summary['activation'] or 'none'} (identity '{summary['identity']}')")
+    _save_and_show(dense, pruned, out, "prune_depth", summary, speed=speed, batch_size=batch_size, repeats=repeats,
+                   device=device, json_out=json_out,
+                   title=f"{model}: attention removed in blocks {summary['attention'] or 'none'}, activation in "
+                         f"{summary['activation'] or 'none'} (identity '{summary['identity']}')")
 
 
 class Importance(str, Enum):
@@ -127,11 +117,8 @@ def width(
     import itertools
 
     from vitprune.data import build_loader
-    from vitprune.device import resolve_device
-    from vitprune.measure import compare_speed
     from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
     from vitprune.models import resolve_model
-    from vitprune.recipe import save
 
     if (ratio is None) == (macs is None):
         raise VitpruneError("give exactly one of --ratio and --macs")
@@ -156,18 +143,30 @@ def width(
     summary = {"model": model, "out": str(out), "ratio": ratio, "target_gmacs": macs,
                "convention": convention.value, "options": {k: v for k, v in options.items() if k != "batches"},
                "plan": plan.to_dict(), "before": before, "after": after}
-    save(pruned, out, metadata={"prune_width": summary})
+    _save_and_show(dense, pruned, out, "prune_width", summary, speed=speed, batch_size=speed_batch, repeats=repeats,
+                   device=device, json_out=json_out,
+                   title=f"{model}: width ratio {ratio:.4f} ({importance.value}, "
+                         f"{'isomorphic' if isomorphic else 'global'}, {'heads' if heads else 'head dims'}"
+                         f"{', stream channels' if embed else ''})")
+
+
+def _save_and_show(dense: Any, pruned: Any, out: Path, key: str, summary: dict, *, speed: bool, batch_size: int,
+                   repeats: int, device: str, json_out: bool, title: str) -> None:
+    """Save PRUNED with ``summary`` under ``key`` in its metadata, time it against DENSE if asked, and show both."""
+    from vitprune.device import resolve_device
+    from vitprune.measure import compare_speed
+    from vitprune.recipe import save
+
+    save(pruned, out, metadata={key: summary})
     comparison = None
     if speed:
-        comparison = compare_speed(pruned, dense, batch_size=speed_batch, device=resolve_device(device),
+        comparison = compare_speed(pruned, dense, batch_size=batch_size, device=resolve_device(device),
                                    pairs=repeats, warmup=3, progress=not json_out)
         summary["speed"] = comparison.to_dict()
     if json_out:
         print_json(summary)
         return
-    _render(summary, comparison, f"{model}: width ratio {ratio:.4f} ({importance.value}, "
-                                 f"{'isomorphic' if isomorphic else 'global'}, {'heads' if heads else 'head dims'}"
-                                 f"{', stream channels' if embed else ''})")
+    _render(summary, comparison, title)
 
 
 def _render(summary: dict, comparison: Comparison | None, title: str) -> None:

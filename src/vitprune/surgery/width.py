@@ -39,6 +39,17 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     )
 
 
+def _uniform_attention(model: nn.Module, block: int, edit: str):
+    """The adapter and block ``block``'s attention view, which ``edit`` needs uniform and ungated."""
+    adapter = get_adapter(model)
+    attn = adapter.block(block).attn
+    if attn is None:
+        raise ValueError(f"block {block} has no attention to prune")
+    if attn.value_dims is not None or attn.gate is not None:
+        raise ValueError(f"block {block}: {edit} needs timm's uniform, ungated attention")
+    return adapter, attn
+
+
 @register_edit("prune_head_dims")
 def prune_head_dims(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     """Keep dimensions ``keep`` (sorted offsets within a head) of every head's query, key and value in block ``block``.
@@ -48,12 +59,7 @@ def prune_head_dims(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     ``head_dim**-0.5``, which timm's fused kernel applies anyway. Not function-preserving (the
     query-key products lose terms).
     """
-    adapter = get_adapter(model)
-    attn = adapter.block(block).attn
-    if attn is None:
-        raise ValueError(f"block {block} has no attention to prune")
-    if attn.value_dims is not None or attn.gate is not None:
-        raise ValueError(f"block {block}: prune_head_dims needs timm's uniform, ungated attention")
+    adapter, attn = _uniform_attention(model, block, "prune_head_dims")
     if not (isinstance(attn.module.q_norm, nn.Identity) and isinstance(attn.module.k_norm, nn.Identity)):
         raise ValueError(f"block {block}: query/key norms over the head dimension cannot lose dimensions")
     hd, heads, width = attn.head_dim, attn.num_heads, attn.attn_dim
@@ -73,12 +79,7 @@ def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
     removed heads' outputs and the removed value dimensions set to zero. With no head kept the
     branch is ``proj``'s bias alone, as gating every head (HiAP Eq. 1) leaves it.
     """
-    adapter = get_adapter(model)
-    attn = adapter.block(block).attn
-    if attn is None:
-        raise ValueError(f"block {block} has no attention to prune")
-    if attn.value_dims is not None or attn.gate is not None:
-        raise ValueError(f"block {block}: prune_attention_dims needs timm's uniform, ungated attention")
+    adapter, attn = _uniform_attention(model, block, "prune_attention_dims")
     heads = check_indices(heads, attn.num_heads, f"block {block} heads", allow_empty=True)
     if len(value_dims) != len(heads):
         raise ValueError(f"block {block}: {len(value_dims)} value-dimension lists for {len(heads)} kept heads")
