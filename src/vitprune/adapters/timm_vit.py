@@ -56,7 +56,7 @@ _TOKEN_PARAMETERS = ("cls_token", "reg_token", "dist_token", "pos_embed")
 
 
 def _keep(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:
-    return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device)).clone()
+    return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device))
 
 
 def _slice_parameter(owner: nn.Module, name: str, dim: int, keep: list[int]) -> None:
@@ -280,8 +280,7 @@ class TimmViTAdapter(ViTAdapter):
         for name in ("norm_pre", "norm", "fc_norm"):
             setattr(model, name, _slice_norm(getattr(model, name), keep, name))
         for head in self.classifier_heads():
-            with torch.no_grad():
-                head.weight = nn.Parameter(_keep(head.weight, 1, keep), requires_grad=head.weight.requires_grad)
+            _slice_parameter(head, "weight", 1, keep)
             head.in_features = len(keep)
         for view in self.blocks():
             self._prune_block_embed_dims(view, keep)

@@ -13,6 +13,7 @@ from rich.table import Table
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity,
+    Convention,
 )
 from vitprune.cli.finetune import Distill
 from vitprune.cli.render import render_comparison
@@ -78,11 +79,6 @@ def depth(
 class Importance(str, Enum):
     magnitude = "magnitude"
     taylor = "taylor"
-
-
-class Convention(str, Enum):
-    full = "full"
-    linear = "linear"
 
 
 @prune_app.command()
