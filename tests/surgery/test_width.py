@@ -104,19 +104,23 @@ def test_token_pruning_runs_on_a_block_whose_mlp_has_no_neuron():
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=1e-5, atol=1e-5)
 
 
-def test_prune_head_dims_keeps_the_same_offsets_in_every_head_and_both_attention_paths_agree():
-    model = vitprune.track(build("deit_small_patch16_224", {"depth": 2}), "deit_small_patch16_224", depth=2)
+def test_prune_head_dims_keeps_the_same_offsets_in_every_head_and_both_attention_paths_agree(small_model_spec):
+    name, kwargs = small_model_spec
+    kwargs = {**kwargs, "depth": 2}
+    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    heads, hd = model.blocks[0].attn.num_heads, model.blocks[0].attn.head_dim
     same = copy.deepcopy(model)
-    prune_head_dims(same, 0, list(range(64)))
+    prune_head_dims(same, 0, list(range(hd)))
     x = _input(model)
     with torch.no_grad():
         assert torch.equal(same(x), model(x))
-    keep = [1, 2, 3, 10, 40, 63]
-    q_rows = model.blocks[0].attn.qkv.weight[[h * 64 + j for h in range(6) for j in keep]]
+    keep = [1, 2, 3, 10, 40, hd - 1]
+    q_rows = model.blocks[0].attn.qkv.weight[[h * hd + j for h in range(heads) for j in keep]]
     prune_head_dims(model, 0, keep)
     attn = model.blocks[0].attn
-    assert (attn.num_heads, attn.head_dim, attn.qkv.out_features, attn.proj.in_features) == (6, 6, 108, 36)
-    assert torch.equal(attn.qkv.weight[:36], q_rows)
+    assert (attn.num_heads, attn.head_dim, attn.qkv.out_features, attn.proj.in_features) == (heads, 6, 18 * heads,
+                                                                                             6 * heads)
+    assert torch.equal(attn.qkv.weight[:6 * heads], q_rows)
     with torch.no_grad():
         fused = model(x)
         attn.fused_attn = False
