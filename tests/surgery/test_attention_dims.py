@@ -9,7 +9,7 @@ import torch
 from conftest import build
 
 import vitprune
-from vitprune.surgery import prune_attention_dims, prune_heads, prune_tokens
+from vitprune.surgery import prune_attention_dims, prune_heads
 
 
 def _model():
@@ -52,5 +52,3 @@ def test_attention_dims_mistakes():
         prune_heads(model, 0, [0])
     with pytest.raises(ValueError, match="needs timm's uniform, ungated attention"):
         prune_attention_dims(model, 0, [0], [[0]])
-    with pytest.raises(ValueError, match="timm's own, ungated attention"):
-        prune_tokens(model, 0, 0.5)

@@ -86,7 +86,8 @@ class VariableHeadAttention(nn.Module):
     values PyTorch falls back to a kernel 2-4x slower on CPU) and cut back after. That wastes
     ``N²·(H·D_h − Σ widths)`` MACs of ``A·V``, which the MAC count leaves out, but is faster than a
     per-head loop of small unfused matmuls. Padding by head (``F.pad``, then slicing) rather than
-    by scattering into index slots costs a third as much on CPU.
+    by scattering into index slots costs a third as much on CPU. An attention mask (a-STAR's padding)
+    goes to the same kernel.
     """
 
     def __init__(self, attn: Attention, qkv: nn.Linear, proj: nn.Linear, value_dims: list[int]) -> None:
@@ -107,46 +108,84 @@ class VariableHeadAttention(nn.Module):
         return sum(self.value_dims)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        b, n, _ = x.shape
-        if attn_mask is not None or is_causal:
-            raise ValueError("attention masks are not supported by variable-width heads")
+        """timm ``Attention``'s forward; a boolean ``attn_mask`` is ``True`` where a key may be attended to."""
         if self.num_heads == 0:
+            b, n, _ = x.shape
             return self.proj_drop(self.proj(x.new_zeros(b, n, 0)))
-        heads, hd, widths = self.num_heads, self.head_dim, self.value_dims
+        return self._attend(*self._heads(x), attn_mask, is_causal)
+
+    def forward_with_cls_row(self, x: torch.Tensor,
+                             key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output and the [CLS] row, as :func:`attention_with_cls_row` (``key_mask``: ``False`` at padding)."""
+        if self.num_heads == 0:
+            raise ValueError("an attention without heads has no [CLS] attention row")
+        q, k, v = self._heads(x)
+        mask = None if key_mask is None else key_mask[:, None, None, :]
+        return self._attend(q, k, v, mask), cls_attention_row(q, k, self.scale, key_mask)
+
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Normed queries and keys and the zero-padded values, each ``(B, H, N, head_dim)``."""
+        b, n, _ = x.shape
+        heads, hd = self.num_heads, self.head_dim
         qkv = self.qkv(x)
         q, k = qkv[..., :2 * heads * hd].reshape(b, n, 2, heads, hd).permute(2, 0, 3, 1, 4)
-        values = qkv[..., 2 * heads * hd:]
-        uniform = len(set(widths)) == 1
-        if uniform:
-            v = F.pad(values.reshape(b, n, heads, widths[0]), (0, hd - widths[0]))
-        else:
-            v = torch.stack([F.pad(part, (0, hd - w)) for part, w in zip(values.split(widths, -1), widths)], 2)
-        out = F.scaled_dot_product_attention(self.q_norm(q), self.k_norm(k), v.transpose(1, 2), scale=self.scale,
+        return self.q_norm(q), self.k_norm(k), split_heads(qkv[..., 2 * heads * hd:], self.value_dims, hd)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                is_causal: bool = False) -> torch.Tensor:
+        """All heads in one fused kernel, cut back to their value widths, then ``proj``."""
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
                                              dropout_p=self.attn_drop.p if self.training else 0.0)
-        out = out.transpose(1, 2)
-        if uniform:
-            out = out[..., :widths[0]].reshape(b, n, self.attn_dim)
-        else:
-            out = torch.cat([out[:, :, h, :w] for h, w in enumerate(widths)], -1)
-        return self.proj_drop(self.proj(out))
+        return self.proj_drop(self.proj(merge_heads(out, self.value_dims)))
 
 
-def attention_with_cls_row(attn: Attention, x: torch.Tensor,
-                           key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """timm ``Attention``'s output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.
+def split_heads(values: torch.Tensor, widths: list[int], head_dim: int) -> torch.Tensor:
+    """Concatenated head values ``(B, N, Σ widths)`` as ``(B, H, N, head_dim)``, each zero-padded to ``head_dim``."""
+    b, n, _ = values.shape
+    if len(set(widths)) == 1:
+        v = F.pad(values.reshape(b, n, len(widths), widths[0]), (0, head_dim - widths[0]))
+    else:
+        v = torch.stack([F.pad(part, (0, head_dim - w)) for part, w in zip(values.split(widths, -1), widths)], 2)
+    return v.transpose(1, 2)
 
-    The output takes timm's own path (fused scaled-dot-product attention when enabled); the [CLS]
-    row costs one query against the keys, so the full ``N x N`` map is never materialised.
-    ``key_mask`` ``(B, N)`` marks the tokens that may be attended to (padding is ``False``).
+
+def merge_heads(heads: torch.Tensor, widths: list[int]) -> torch.Tensor:
+    """The inverse of :func:`split_heads`: ``(B, H, N, head_dim)`` cut back to ``(B, N, Σ widths)``."""
+    b, _, n, _ = heads.shape
+    heads = heads.transpose(1, 2)
+    if len(set(widths)) == 1:
+        return heads[..., :widths[0]].reshape(b, n, sum(widths))
+    return torch.cat([heads[:, :, h, :w] for h, w in enumerate(widths)], -1)
+
+
+def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
+                      key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The first query's attention probabilities over all keys, ``(B, H, N)``, from ``(B, H, N, d)`` queries and keys.
+
+    One query against the keys, so the full ``N x N`` map is never materialised; keys where
+    ``key_mask`` ``(B, N)`` is ``False`` get probability 0.
     """
+    logits = (q[:, :, :1] * scale) @ k.transpose(-2, -1)
+    if key_mask is not None:
+        logits = logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    return logits.softmax(dim=-1)[:, :, 0]
+
+
+def attention_with_cls_row(attn: Attention | VariableHeadAttention, x: torch.Tensor,
+                           key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention's output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.
+
+    The output takes the attention's own path (timm's fused scaled-dot-product attention when
+    enabled); the [CLS] row is :func:`cls_attention_row`. ``key_mask`` ``(B, N)`` marks the tokens
+    that may be attended to (padding is ``False``).
+    """
+    if isinstance(attn, VariableHeadAttention):
+        return attn.forward_with_cls_row(x, key_mask)
     b, n, _ = x.shape
     q, k, v = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
     q, k = attn.q_norm(q), attn.k_norm(k)
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    logits = (q[:, :, :1] * attn.scale) @ k.transpose(-2, -1)
-    if mask is not None:
-        logits = logits.masked_fill(~mask, float("-inf"))
-    cls_row = logits.softmax(dim=-1)[:, :, 0]
+    cls_row = cls_attention_row(q, k, attn.scale, key_mask)
     if attn.fused_attn:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                              dropout_p=attn.attn_drop.p if attn.training else 0.0)
@@ -165,8 +204,9 @@ class TokenPruneBlock(nn.Module):
     After ``x + attention`` the patch tokens are scored by the fusion of the head-averaged [CLS]
     attention (``intra``, online) and the per-position prior ``inter`` (a buffer indexed by each
     token's *original* patch position; ones = no prior): ``alpha·log(intra) + (1−alpha)·log(inter)``,
-    whose top-k equals the top-k of STAR's ``intra^alpha · inter^(1−alpha)``. Submodule names are
-    ``Block``'s, so state-dict keys do not change.
+    whose top-k equals the top-k of STAR's ``intra^alpha · inter^(1−alpha)``. The attention is timm's
+    or a :class:`VariableHeadAttention` with at least one head. Submodule names are ``Block``'s, so
+    state-dict keys do not change.
 
     Static (STAR): every image keeps ``ceil(keep_rate · n)`` of its ``n`` patch tokens, a count
     fixed by the input size, so the model exports and compiles. Adaptive (a-STAR): each image

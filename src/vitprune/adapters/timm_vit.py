@@ -307,9 +307,14 @@ class TimmViTAdapter(ViTAdapter):
         if isinstance(block, TokenPruneBlock):
             block.keep_rate, block.alpha, block.adaptive = keep_rate, alpha, adaptive
             return
+        if block.attn is None or constant_output(block.attn) is not None:
+            # Checked first: such a block ranks nothing, whatever its form (STAR's schedule skips it).
+            raise ValueError(f"blocks.{index} has no attention head left, so no [CLS] attention to rank its patch "
+                             "tokens by: it cannot prune tokens")
         plain = type(block) is Block or (type(block) is DepthBlock and isinstance(block.act, nn.Identity))
-        if not plain or type(block.attn) is not Attention:
-            raise ValueError(f"blocks.{index}: token pruning needs timm's Block with timm's own, ungated attention")
+        if not plain or type(block.attn) not in (Attention, VariableHeadAttention):
+            raise ValueError(f"blocks.{index}: token pruning needs timm's Block with ungated attention (timm's own "
+                             "or variable-width heads)")
         if getattr(self.model, "cls_token", None) is None:
             raise ValueError("token pruning scores patches by the [CLS] token's attention; this model has none")
         if not isinstance(self.model.blocks, TokenBlocks):

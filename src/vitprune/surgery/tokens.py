@@ -25,7 +25,8 @@ def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 
     ``alpha`` weighs the block's online [CLS] attention against the per-position prior (1: attention
     only, STAR's intra-layer score; 0: prior only). ``adaptive`` (a-STAR) keeps, per image, the
     fewest top tokens whose normalised score reaches ``keep_rate`` instead (never more). Applying
-    it again to the same block changes the settings.
+    it again to the same block changes the settings. A block with no attention head left (removed
+    attention, or every head pruned) has no [CLS] attention to rank by and raises ``ValueError``.
     """
     if not 0 < keep_rate <= 1:
         raise ValueError(f"keep rate must be in (0, 1], got {keep_rate}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -111,3 +112,15 @@ def test_apply_keep_rates_installs_the_prior_in_pruning_blocks_only():
         apply_keep_rates(_model(), rates[:11], alpha=0.15)
     with pytest.raises(VitpruneError, match="inter-layer table of 3 rows"):
         apply_keep_rates(_model(), rates, alpha=0.15, prior=prior[:3])
+
+
+def test_apply_keep_rates_skips_blocks_whose_attention_depth_pruning_removed():
+    from vitprune.surgery import prune_depth, token_pruning_blocks
+
+    model = _model()
+    prune_depth(model, attention=[3, 7])
+    with pytest.raises(ValueError, match=r"blocks\.3 has no attention head left"):
+        prune_tokens(copy.deepcopy(model), 3, 0.8)
+    apply_keep_rates(model, [0.8] * 12, alpha=1.0)
+    assert sorted(token_pruning_blocks(model)) == [i for i in range(12) if i not in (3, 7)]
+    assert [b.tokens for b in count_macs(model).blocks][3:5] == [1 + 101, 1 + 101]  # 196 -> 157 -> 126 -> 101

@@ -26,6 +26,7 @@ from timm.models.vision_transformer import Block
 from torch import nn
 
 from vitprune.adapters import get_adapter
+from vitprune.adapters.timm_blocks import DepthBlock, VariableHeadAttention, merge_heads, split_heads
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.training.progress import track_batches
 
@@ -71,13 +72,15 @@ def _add_relevance(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) ->
 
 @dataclass
 class _BlockTrace:
+    """One block's intermediate tensors; the attention ones are ``None`` where the block has no head left."""
+
     x: torch.Tensor
     h1: torch.Tensor
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    attn: torch.Tensor
-    heads: torch.Tensor
+    q: torch.Tensor | None
+    k: torch.Tensor | None
+    v: torch.Tensor | None
+    attn: torch.Tensor | None
+    heads: torch.Tensor | None
     x_mid: torch.Tensor
     branch1: torch.Tensor
     h2: torch.Tensor
@@ -86,36 +89,56 @@ class _BlockTrace:
 
 
 def _check(model: nn.Module) -> None:
-    adapter = get_adapter(model)
-    for view in adapter.blocks():
-        if type(view.module) is not Block or view.attn is None or view.attn.gate is not None \
-                or view.attn.value_dims is not None:
-            raise UnsupportedArchitectureError(f"LRP importance needs timm's plain Block; {view.name} is "
-                                               f"{type(view.module).__name__}")
-        if view.mlp.merged or view.mlp.gate is not None:
-            raise UnsupportedArchitectureError(f"LRP importance needs {view.name}.mlp with fc1 and fc2")
+    views = get_adapter(model).blocks()
+    for view in views:
+        # A DepthBlock without output activation is timm's Block with what depth or width pruning left of it.
+        if type(view.module) not in (Block, DepthBlock) or not isinstance(view.act, nn.Identity) \
+                or (view.attn is not None and view.attn.gate is not None):
+            raise UnsupportedArchitectureError(f"LRP importance needs timm's pre-norm Block without gates or an "
+                                               f"output activation; {view.name} is {type(view.module).__name__}")
+        if view.mlp.gate is not None:
+            raise UnsupportedArchitectureError(f"LRP importance needs {view.name}.mlp without a gate")
+    if all(view.attn is None or view.attn.num_heads == 0 for view in views):
+        raise UnsupportedArchitectureError("LRP importance follows attention maps; no block has an attention head")
     if getattr(model, "cls_token", None) is None or getattr(model, "global_pool", "token") != "token" \
             or getattr(model, "head_dist", None) is not None:
         raise UnsupportedArchitectureError("LRP importance follows a single [CLS] token to a single head")
+
+
+def _widths(attn: nn.Module) -> tuple[list[int], list[int]]:
+    """Per head, the query/key width and the value width (HiAP's heads keep their own value widths)."""
+    values = attn.value_dims if isinstance(attn, VariableHeadAttention) else [attn.head_dim] * attn.num_heads
+    return [attn.head_dim] * attn.num_heads, values
 
 
 def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[_BlockTrace], torch.Tensor]:
     """timm's forward, unfused, keeping what relevance propagation needs: ``(logits, traces, pooled)``.
 
     The attention maps ``traces[l].attn`` are part of the autograd graph, so the gradient of any
-    logit with respect to them can be taken.
+    logit with respect to them can be taken. Narrower value heads are zero-padded to the query
+    width, which changes no product (:func:`~vitprune.adapters.timm_blocks.split_heads`).
     """
     x = model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
     traces = []
     for block in model.blocks:
         attn = block.attn
-        h1 = block.norm1(x)
-        b, n, _ = h1.shape
-        q, k, v = attn.qkv(h1).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = attn.q_norm(q), attn.k_norm(k)
-        a = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
-        heads = (a @ v).transpose(1, 2).reshape(b, n, attn.attn_dim)
-        branch1 = block.ls1(attn.proj(heads))
+        h1 = x if block.norm1 is None else block.norm1(x)
+        if attn is None:
+            # Attention removed by depth pruning: the branch is LN1(x) (HetDPT's identity) or nothing (skip).
+            q = k = v = a = heads = None
+            branch1 = torch.zeros_like(x) if block.norm1 is None else block.ls1(h1)
+        elif attn.num_heads == 0:
+            # No head left: the branch adds proj's bias to every token, and there is no attention map.
+            q = k = v = a = heads = None
+            branch1 = block.ls1(attn(h1))
+        else:
+            qk, values = _widths(attn)
+            qkv = attn.qkv(h1).split([sum(qk), sum(qk), sum(values)], dim=-1)
+            q, k, v = (split_heads(part, w, attn.head_dim) for part, w in zip(qkv, (qk, qk, values), strict=True))
+            q, k = attn.q_norm(q), attn.k_norm(k)
+            a = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            heads = merge_heads(a @ v, values)
+            branch1 = block.ls1(attn.proj(heads))
         x_mid = x + branch1
         h2 = block.norm2(x_mid)
         hidden = block.mlp.act(block.mlp.fc1(h2))
@@ -127,9 +150,9 @@ def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor
 
 
 def attention_relevance(model: nn.Module, traces: list[_BlockTrace], pooled: torch.Tensor,
-                        relevance: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+                        relevance: torch.Tensor) -> tuple[list[torch.Tensor | None], torch.Tensor]:
     """Propagate ``relevance`` ``(B, classes)`` from the logits down; the relevance of every attention map
-    ``(B, H, N, N)`` and of the tokens entering the first block ``(B, N, D)``."""
+    ``(B, H, N, N)`` (``None`` for a block with no head) and of the tokens entering the first block ``(B, N, D)``."""
     r_pooled = linear_relevance(model.head, pooled.detach(), relevance)
     r = torch.zeros_like(traces[-1].x)
     r[:, 0] = r_pooled
@@ -137,17 +160,25 @@ def attention_relevance(model: nn.Module, traces: list[_BlockTrace], pooled: tor
     for block, t in zip(reversed(model.blocks), reversed(traces), strict=True):
         attn = block.attn
         r_mid, r_branch2 = _add_relevance(t.x_mid.detach(), t.branch2.detach(), r)
-        r_hidden = linear_relevance(block.mlp.fc2, t.hidden.detach(), r_branch2)
+        # A merged MLP is fc1 alone (fc2 is the identity).
+        r_hidden = r_branch2 if isinstance(block.mlp.fc2, nn.Identity) else linear_relevance(
+            block.mlp.fc2, t.hidden.detach(), r_branch2)
         r_mid = r_mid + linear_relevance(block.mlp.fc1, t.h2.detach(), r_hidden)
         r_x, r_branch1 = _add_relevance(t.x.detach(), t.branch1.detach(), r_mid)
-        b, n, _ = t.heads.shape
-        r_heads = linear_relevance(attn.proj, t.heads.detach(), r_branch1)
-        r_heads = r_heads.reshape(b, n, attn.num_heads, attn.head_dim).transpose(1, 2)
+        if t.attn is None:
+            maps.append(None)
+            # No head left: the branch is proj's bias, whose share stays there as any bias's does. Attention
+            # removed: the branch is LN1(x) token by token, and LayerNorm passes relevance through.
+            r = r_x if attn is not None else r_x + r_branch1
+            continue
+        qk, values = _widths(attn)
+        # Zero-padded value slots carry no relevance: their outputs are 0, and the z-rule gives 0 there.
+        r_heads = split_heads(linear_relevance(attn.proj, t.heads.detach(), r_branch1), values, attn.head_dim)
         r_attn, r_v = (part / 2 for part in _z_rule(torch.matmul, [t.attn.detach(), t.v.detach()], r_heads))
         maps.append(r_attn)
         r_q, r_k = (part / 2 for part in _z_rule(lambda q, k: q @ k.transpose(-2, -1),
                                                   [t.q.detach(), t.k.detach()], r_attn))
-        r_qkv = torch.stack([r_q, r_k, r_v]).permute(1, 3, 0, 2, 4).reshape(b, n, -1)
+        r_qkv = torch.cat([merge_heads(r_q, qk), merge_heads(r_k, qk), merge_heads(r_v, values)], dim=-1)
         r = r_x + linear_relevance(attn.qkv, t.h1.detach(), r_qkv)
     return maps[::-1], r
 
@@ -201,11 +232,15 @@ def inter_layer_scores(model: nn.Module, loader: Iterable[tuple[torch.Tensor, to
                 top = logits.topk(min(classes, logits.shape[1]), dim=1).indices
                 for rank in range(top.shape[1]):
                     one_hot = F.one_hot(top[:, rank], logits.shape[1]).to(logits.dtype)
-                    grads = torch.autograd.grad((logits * one_hot).sum(), [t.attn for t in traces],
-                                                retain_graph=rank + 1 < top.shape[1])
+                    grads = iter(torch.autograd.grad((logits * one_hot).sum(),
+                                                     [t.attn for t in traces if t.attn is not None],
+                                                     retain_graph=rank + 1 < top.shape[1]))
                     maps, _ = attention_relevance(model, traces, pooled, one_hot)
-                    eye = torch.eye(maps[0].shape[-1], device=device, dtype=maps[0].dtype)
-                    layer_maps = [eye + (g * m).clamp(min=0).mean(dim=1) for g, m in zip(grads, maps, strict=True)]
+                    b, n, _ = traces[0].x.shape
+                    eye = torch.eye(n, device=device, dtype=logits.dtype).expand(b, n, n)
+                    # A block with no head mixes no tokens: its factor is the identity.
+                    layer_maps = [eye if m is None else eye + (next(grads) * m).clamp(min=0).mean(dim=1)
+                                  for m in maps]
                     smoothed = smooth_on_grid(rollouts(layer_maps, prefix).detach().double(), grid).sum(dim=0)
                     total = smoothed if total is None else total + smoothed
             seen += take

@@ -36,6 +36,7 @@ from vitprune.methods.star.schedule import (
     ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
 )
 from vitprune.recipe import save
+from vitprune.surgery import token_pruning_blocks
 from vitprune.training import KINDS, TrainConfig, evaluate
 
 ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE = "acs.json", "inter.safetensors", "schedule.json", "report.json"
@@ -141,11 +142,13 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     if config.alpha < 1:
         prior = stages.run("inter-layer importance (LRP)", lambda: _inter(
             model, loader(config.lrp_images), config, run_dir / INTER_FILE, progress, resume))
-    write_json(run_dir / SCHEDULE_FILE, {"rho": rho, "anchor": config.anchor, "keep_rates": rates,
-                                         "target_macs": config.target_macs, "hand_set": config.rates is not None})
-
     pruned = copy.deepcopy(model)
     apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
+    # What the blocks do: those without an attention head keep every token whatever the schedule gave them.
+    pruning = token_pruning_blocks(pruned)
+    rates = [pruning[i].keep_rate if i in pruning else 1.0 for i in range(len(rates))]
+    write_json(run_dir / SCHEDULE_FILE, {"rho": rho, "anchor": config.anchor, "keep_rates": rates,
+                                         "target_macs": config.target_macs, "hand_set": config.rates is not None})
     top1 = {"dense": dense_top1, **recover(
         stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
         alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,

@@ -83,18 +83,21 @@ def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float, prio
     """Make every block with a rate below 1 prune tokens at that rate (recipe edits); others are left alone.
 
     ``prior`` ``(L, patches)`` (STAR's inter-layer scores) is installed in each pruning block;
-    ``adaptive`` makes them a-STAR blocks.
+    ``adaptive`` makes them a-STAR blocks. Blocks with no attention head left (attention removed by
+    depth pruning, every head removed by HiAP) have no [CLS] attention to rank tokens by: they keep
+    all of them, whatever their rate.
     """
-    blocks = len(get_adapter(model).blocks())
+    views = get_adapter(model).blocks()
+    blocks = len(views)
     if len(rates) != blocks:
         raise VitpruneError(f"{len(rates)} keep rates for a model of {blocks} blocks")
     if prior is not None and prior.shape[0] != blocks:
         raise VitpruneError(f"an inter-layer table of {prior.shape[0]} rows for a model of {blocks} blocks")
-    for block, rate in enumerate(rates):
-        if rate < 1:
-            prune_tokens(model, block, rate, alpha=alpha, adaptive=adaptive)
+    for view, rate in zip(views, rates, strict=True):
+        if rate < 1 and view.attn is not None and view.attn.num_heads > 0:
+            prune_tokens(model, view.index, rate, alpha=alpha, adaptive=adaptive)
             if prior is not None:
-                set_token_prior(model, block, prior[block])
+                set_token_prior(model, view.index, prior[view.index])
 
 
 def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anchor: str = "paper",
@@ -124,7 +127,7 @@ def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anch
 
 def check_reachable(model: nn.Module, target_macs: float) -> None:
     """Fail before any data pass when no schedule can reach ``target_macs``: even keeping one patch token in
-    every block (a cheaper schedule than any ``ρ`` gives) costs more."""
+    every block that can prune (a cheaper schedule than any ``ρ`` gives) costs more."""
     scratch = copy.deepcopy(model)
     apply_keep_rates(scratch, [1e-9] * len(get_adapter(scratch).blocks()), alpha=1.0)
     floor = count_macs(scratch).macs
