@@ -8,6 +8,7 @@ import torch
 
 import vitprune
 from vitprune.consistency import check_consistency
+from vitprune.errors import UnsupportedArchitectureError
 from vitprune.methods.hiap import HiAPGates, layer_shapes
 from vitprune.methods.hiap.extract import extract
 from vitprune.surgery import compensate_mean_shift, prune_depth, prune_mlp_neurons, prune_tokens
@@ -50,10 +51,9 @@ def _hiap(model):
             p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
         gates.head[2][:] = -1.0
         gates.block[6].fill_(-1.0)
-        for block in (3, 7):  # token pruning needs timm's own attention there: whole heads
-            gates.dim[block].fill_(3.0)
-            gates.head[block][0] = 3.0
+        gates.head[3][0] = 3.0  # block 3 keeps a head, so token pruning there has a [CLS] row
     extract(model, gates)
+    assert vitprune.get_adapter(model).block(3).attn.value_dims is not None  # uneven heads where tokens are pruned
 
 
 def _star(model):
@@ -98,3 +98,31 @@ def test_orders_that_cannot_apply_say_why():
     _star(model)
     with pytest.raises(ValueError, match="blocks.3 prunes tokens; depth surgery on such a block is not supported"):
         prune_depth(model, attention=[3])
+
+
+#: What the second method says when it cannot follow the first (docs/composition.md's table); absent: it applies.
+_CANNOT = {
+    ("depth", "hiap"): "HiAP gates blocks.1's heads and neurons",
+    ("star", "width"): "blocks.3 prunes tokens; prune width before tokens",
+    ("star", "hiap"): "HiAP gates blocks.3's heads and neurons",
+    ("hiap", "width"): r"blocks.\d+.attn has uneven or gated heads; torch-pruning cannot trace it",
+    ("hiap", "hiap"): r"HiAP gates blocks.\d+'s heads and neurons",
+}
+_SECOND = {"depth": lambda m: prune_depth(m, attention=[5], activation=[8]), "width": _width, "star": _star,
+           "vbp": _vbp, "hiap": _hiap}
+
+
+@pytest.mark.parametrize("first", _SECOND)
+@pytest.mark.parametrize("second", _SECOND)
+def test_every_pair_of_methods_applies_or_says_why(first, second):
+    model = _digits()
+    (_depth if first == "depth" else _SECOND[first])(model)
+    if (first, second) in _CANNOT:
+        with pytest.raises(UnsupportedArchitectureError, match=_CANNOT[first, second]):
+            _SECOND[second](model)
+        return
+    if first == second == "star":
+        prune_tokens(model, 3, 0.5)  # a second STAR pass sets new rates
+    else:
+        _SECOND[second](model)
+    assert check_consistency(model, onnx=False).ok

@@ -67,7 +67,7 @@ def _onnx_max_diff(model: nn.Module, x: torch.Tensor, expected: torch.Tensor, di
     import onnxruntime
 
     path = directory / "model.onnx"
-    torch.onnx.export(model, (x,), dynamo=True).save(str(path))
+    torch.onnx.export(model, (x,), dynamo=True, verbose=False).save(str(path))
     session = onnxruntime.InferenceSession(str(path))
     got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
     return (got - expected).abs().max().item()

@@ -176,3 +176,25 @@ def _render_gains(model: str, method: str, top1_cell: str, report: dict) -> None
     seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report["seconds"].items())
     console.print(f"time per stage: {seconds}")
     console.print(f"saved the pruned model to {report['model_dir']}")
+
+
+def render_chain(model: str, report: dict) -> None:
+    """Each step's footprint and accuracy, the final model's consistency check, and what the chain gained."""
+    table = Table("step", "method", "params", "MACs (full)", "MACs (linear)", "top-1",
+                  title=f"chain from {model} (starting checkpoint: {model}); top-1 on the validation split after each "
+                        "step")
+    for record in report["steps"]:
+        table.add_row(str(record["step"]), record["method"], format_count(record["params"]),
+                      format_count(record["macs_full"]), format_count(record["macs_linear"]),
+                      f"{100 * record['top1']:.2f}%")
+    console.print(table)
+    check = report["consistency"]
+    onnx = (f"ONNX max diff {check['onnx_max_diff']:.1e}" if check["onnx_max_diff"] is not None
+            else f"ONNX skipped: {check['onnx_skipped']}")
+    verdict = "[green]consistent[/]" if check["ok"] else "[bold red]INCONSISTENT[/]"
+    console.print(f"{verdict}: MACs {check['macs_counted']:,} + value padding {check['macs_padding']:,} vs "
+                  f"FlopCounterMode {check['macs_flop_counter']:,}; save/load max diff "
+                  f"{check['round_trip_max_diff']:.1e}; recipe rebuilds the architecture: "
+                  f"{'yes' if check['architecture_rebuilt'] else 'no'}; {onnx}")
+    methods = " → ".join(record["method"] for record in report["steps"][1:])
+    _render_gains(model, f"chain ({methods})", f"{100 * report['top1']['final']:.2f}%", report)

@@ -76,8 +76,8 @@ class HetDPTConfig:
     prune_fraction: float = 0.5
     #: Restrict each type to its ``shortlist`` lowest-TE layers (``None``: every layer is a candidate).
     shortlist: int | None = None
-    # Stage 2: fine-tuning.
-    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=100, lr=5e-5, batch_size=128,
+    # Stage 2: fine-tuning (``None``: prune and merge only, e.g. when a chain fine-tunes later).
+    finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(epochs=100, lr=5e-5, batch_size=128,
                                                                       warmup_epochs=5))
     distill: str = "none"
     alpha: float = 0.5
@@ -100,7 +100,8 @@ class HetDPTConfig:
             if getattr(self, name) not in allowed:
                 raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
         for stage in (self.probe, self.search, self.finetune):
-            stage.validate()
+            if stage is not None:
+                stage.validate()
 
 
 def preset(name: str) -> HetDPTConfig:
@@ -190,7 +191,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     device = torch.device(device) if device is not None else next(model.parameters()).device
     stages = Stages(log)
     num_blocks = len(get_adapter(model).blocks())
-    val_loader = build_loader(val_set, config.finetune.batch_size, shuffle=False, seed=0)
+    val_loader = build_loader(val_set, (config.finetune or config.search).batch_size, shuffle=False, seed=0)
     dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model.to(device), val_loader)["top1"])
 
     step1 = None
@@ -295,16 +296,18 @@ def prune_and_recover(model: nn.Module, attention: list[int], activation: list[i
     Works on a copy of ``start`` (default: ``model``); ``model`` is the teacher when ``config``
     distils. ``run_dir`` keeps the fine-tuning run's checkpoints (resumable with ``resume``).
     Returns the merged model and ``{"pruned", "finetuned", "finetune_best"}`` top-1 on
-    ``val_set`` (right after removal, at the end, best epoch) with the ``merged_blocks``.
+    ``val_set`` (right after removal, at the end, best epoch) with the ``merged_blocks``; without
+    ``config.finetune`` only ``"pruned"``.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     pruned = copy.deepcopy(start if start is not None else model).to(device)
     prune_depth(pruned, attention, activation, identity=config.identity, output_gelu=config.output_gelu, merge=False)
-    val_loader = build_loader(val_set, config.finetune.batch_size, shuffle=False, seed=0)
-    pruned_top1 = evaluate(pruned, val_loader)["top1"]
-    history = finetune_pruned(pruned, train_set, val_set, config.finetune, teacher=model, distill=config.distill,
-                              alpha=config.alpha, tau=config.tau, run_dir=run_dir, device=device, progress=progress,
-                              resume=resume)
-    merged = merge_linear_mlps(pruned)
-    return pruned, {"pruned": pruned_top1, "finetuned": evaluate(pruned, val_loader)["top1"],
-                    "finetune_best": max((h["val_top1"] for h in history), default=None), "merged_blocks": merged}
+    val_loader = build_loader(val_set, (config.finetune or config.search).batch_size, shuffle=False, seed=0)
+    top1 = {"pruned": evaluate(pruned, val_loader)["top1"]}
+    if config.finetune is not None:
+        history = finetune_pruned(pruned, train_set, val_set, config.finetune, teacher=model,
+                                  distill=config.distill, alpha=config.alpha, tau=config.tau, run_dir=run_dir,
+                                  device=device, progress=progress, resume=resume)
+        top1 |= {"finetuned": evaluate(pruned, val_loader)["top1"],
+                 "finetune_best": max((h["val_top1"] for h in history), default=None)}
+    return pruned, {**top1, "merged_blocks": merge_linear_mlps(pruned)}

@@ -1,0 +1,421 @@
+"""Chains of methods: any sequence of pruning steps, with fine-tuning wherever the chain puts it.
+
+A chain is a list of steps, each ``{"method": NAME, ...settings}``; the settings are the method's
+own (their config's field names; :data:`METHODS` lists them). The methods' own fine-tuning is off inside a
+chain: recovery happens where the chain has a ``finetune`` step (distilling from the chain's
+starting model by default), once at the end or between steps. HetDPT+ is the chain
+``hetdpt → width → finetune`` (:func:`hetdpt_plus_steps`).
+
+Each step runs on the previous step's saved model and saves its own, so an interrupted chain
+resumes at the step it stopped in (which itself resumes from its stage files):
+
+    run_dir/chain.json             the steps (a resumed run may change only those not finished yet)
+    run_dir/steps/NN-METHOD/       step NN's run: the method's stage files, model/, step.json when done
+    run_dir/model/                 the final model: recipe (every step's edits, in order) + weights
+    run_dir/report.json            per step MACs, params and top-1; the final model's consistency
+                                   check (MACs vs FlopCounterMode, round trip, recipe rebuild, ONNX); speed
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.atomic import read_json, write_json
+from vitprune.consistency import check_consistency
+from vitprune.data import build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.methods.stages import Stages, prepare_run_dir
+from vitprune.recipe import load, save
+from vitprune.training import TrainConfig, evaluate, finetune_pruned
+
+CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR, REPORT_FILE = (
+    "chain.json", "steps", "step.json", "model", "report.json")
+
+#: Pipelines time their result against their input; inside a chain a short check is enough, the
+#: chain's own report times the final model properly.
+_STEP_SPEED_PAIRS = 3
+
+
+@dataclass
+class Step:
+    """One step of a chain: a method and its settings."""
+
+    method: str
+    settings: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The chain-file form: ``{"method": ..., **settings}``."""
+        return {"method": self.method, **self.settings}
+
+
+def parse_chain(document: Any) -> list[Step]:
+    """Steps from a chain document: a list of step objects, or ``{"steps": [...]}``. Settings are checked
+    against each method before anything runs."""
+    items = document.get("steps") if isinstance(document, dict) else document
+    if not isinstance(items, list) or not items:
+        raise VitpruneError('a chain is a non-empty list of steps such as [{"method": "depth", "attention": [0]}], '
+                            'or {"steps": [...]}')
+    steps = []
+    for number, item in enumerate(items, 1):
+        if not isinstance(item, dict) or item.get("method") not in METHODS:
+            raise VitpruneError(f"step {number}: each step needs a method, one of: {', '.join(METHODS)}")
+        step = Step(item["method"], {k: v for k, v in item.items() if k != "method"})
+        _configure(number, step, "imagenet")
+        steps.append(step)
+    return steps
+
+
+def _configure(number: int, step: Step, preset: str) -> Any:
+    try:
+        return _METHODS[step.method].configure(step.settings, preset)
+    except VitpruneError as exc:
+        raise VitpruneError(f"step {number}: {exc}") from None
+
+
+def load_chain(path: str | Path) -> list[Step]:
+    """:func:`parse_chain` of a JSON chain file."""
+    path = Path(path)
+    if not path.is_file():
+        raise VitpruneError(f"chain file {path} does not exist")
+    try:
+        document = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise VitpruneError(f"chain file {path} is not valid JSON: {exc}") from None
+    return parse_chain(document)
+
+
+def hetdpt_plus_steps(*, budget: int, target_macs: float, finetune: dict[str, Any], split: list[int] | str = "auto",
+                      preset: str | None = None, convention: str = "full", hetdpt: dict[str, Any] | None = None,
+                      width: dict[str, Any] | None = None) -> list[Step]:
+    """HetDPT+ as a chain: HetDPT's depth pruning (no fine-tune of its own; ``hetdpt``: further settings of
+    that step), width pruning to ``target_macs`` MACs per image (torch-pruning's Isomorphic Pruning unless
+    ``width`` says otherwise), then one fine-tune with ``finetune``'s settings (distilling from the unpruned
+    model unless they say otherwise)."""
+    hetdpt = {"budget": budget, "split": split, **({"preset": preset} if preset is not None else {}), **(hetdpt or {})}
+    return [Step("hetdpt", hetdpt),
+            Step("width", {"target_macs": target_macs, "convention": convention, **(width or {})}),
+            Step("finetune", finetune)]
+
+
+@dataclass
+class _Context:
+    """What every step sees besides its settings."""
+
+    teacher: nn.Module
+    train_set: Dataset
+    val_set: Dataset
+    calibration_set: Dataset | None
+    step_dir: Path
+    device: torch.device
+    progress: bool
+    resume: bool
+    log: Callable[[str], None]
+    speed_batch: int
+
+    def pipeline_options(self) -> dict[str, Any]:
+        """The arguments every method's pipeline takes alike: its run directory, device, progress, log, resume."""
+        return {"run_dir": self.step_dir, "device": self.device, "progress": self.progress, "log": self.log,
+                "resume": self.resume}
+
+
+def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: list[Step], *, run_dir: str | Path,
+              calibration_set: Dataset | None = None, device: torch.device | str | None = None,
+              progress: bool = False, log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
+              preset: str = "imagenet", speed_batch: int = 16, speed_pairs: int = 10,
+              onnx: bool = True) -> dict[str, Any]:
+    """Run ``steps`` in order on a copy of ``model``; returns the report (also in ``run_dir/report.json``).
+
+    ``model`` is the teacher of distilling fine-tune steps and the reference of the speed
+    comparison. ``calibration_set`` (default ``train_set``) feeds VBP's and STAR's statistics;
+    ``preset`` is HetDPT's default preset. A step that cannot apply to what earlier steps left
+    (e.g. width pruning after token pruning) stops the chain with one line naming the step.
+    """
+    configs = [_configure(number, step, preset) for number, step in enumerate(steps, 1)]
+    run_dir = prepare_run_dir(run_dir, resume)
+    chain = [step.to_dict() for step in steps]
+    if resume:
+        _reconcile(run_dir, chain)
+    write_json(run_dir / CHAIN_FILE, chain)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model = model.to(device).eval()
+    stages = Stages(log)
+    val_loader = build_loader(val_set, 64, shuffle=False, seed=0)
+    records = [{"step": 0, "method": "start", **_footprint(model),
+                "top1": stages.run("evaluate the starting model", lambda: evaluate(model, val_loader)["top1"])}]
+    current = model
+    for number, (step, config) in enumerate(zip(steps, configs), 1):
+        step_dir = run_dir / STEPS_DIR / f"{number:02d}-{step.method}"
+        if resume and (step_dir / STEP_FILE).exists():
+            log(f"[bold]step {number}: {step.method}[/] (done in an earlier run)")
+            current = load(step_dir / MODEL_DIR, map_location=device)
+            records.append(read_json(step_dir / STEP_FILE))
+            continue
+        ctx = _Context(teacher=model, train_set=train_set, val_set=val_set, calibration_set=calibration_set,
+                       step_dir=step_dir, device=device, progress=progress, resume=resume, log=log,
+                       speed_batch=speed_batch)
+        try:
+            current, summary = stages.run(f"step {number}: {step.method}",
+                                          lambda: _METHODS[step.method].run(current, config, ctx))
+        except VitpruneError as exc:
+            raise type(exc)(f"step {number} ({step.method}): {exc}") from None
+        except ValueError as exc:  # an edit's precondition, e.g. a block that no longer has what the step cuts
+            raise VitpruneError(f"step {number} ({step.method}) cannot apply to the model earlier steps left: "
+                                f"{exc}") from None
+        current = current.to(device).eval()
+        record = {"step": number, "method": step.method, "settings": step.settings, "summary": summary,
+                  **_footprint(current), "top1": evaluate(current, val_loader)["top1"], "dir": str(step_dir)}
+        if not (step_dir / MODEL_DIR).exists():
+            save(current, step_dir / MODEL_DIR)
+        write_json(step_dir / STEP_FILE, record)
+        records.append(record)
+
+    save(current, run_dir / MODEL_DIR, metadata={"chain": chain})
+    consistency = stages.run("check consistency", lambda: check_consistency(
+        copy.deepcopy(current).cpu(), onnx=onnx).to_dict())
+    comparison = stages.run("measure speed", lambda: compare_speed(
+        current, model, batch_size=speed_batch, device=device, pairs=speed_pairs, warmup=2, progress=progress))
+    report = {"steps": records, "top1": {"dense": records[0]["top1"], "final": records[-1]["top1"]},
+              "dense": count_macs(model).totals(), "pruned": count_macs(current).totals(),
+              "mac_conventions": CONVENTIONS, "consistency": consistency, "speed": comparison.to_dict(),
+              "seconds": stages.seconds, "chain": chain, "model_dir": str(run_dir / MODEL_DIR)}
+    write_json(run_dir / REPORT_FILE, report)
+    return report
+
+
+def _reconcile(run_dir: Path, chain: list[dict[str, Any]]) -> None:
+    """Let a resumed run change the steps it has not finished: finished steps must be the same, and an unfinished
+    step whose settings changed starts afresh (its stage files were decided by the old settings)."""
+    old = read_json(run_dir / CHAIN_FILE) if (run_dir / CHAIN_FILE).exists() else []
+    for number, step in enumerate(chain, 1):
+        step_dir = run_dir / STEPS_DIR / f"{number:02d}-{step['method']}"
+        was = old[number - 1] if number <= len(old) else None
+        if (step_dir / STEP_FILE).exists() and was != step:
+            raise VitpruneError(f"step {number} of the run in {run_dir} finished with other settings; resume with "
+                                "the same steps up to the last finished one, or choose another --out")
+        if was != step:
+            shutil.rmtree(step_dir, ignore_errors=True)
+
+
+def _footprint(model: nn.Module) -> dict[str, int]:
+    totals = count_macs(model).totals()
+    return {k: totals[k] for k in ("params", "macs_full", "macs_linear")}
+
+
+def _check_known(settings: dict[str, Any], known: set[str], method: str) -> None:
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise VitpruneError(f"{method} step: unknown setting(s) {', '.join(unknown)} "
+                            f"(known: {', '.join(sorted(known))})")
+
+
+def _build(cls: type, settings: dict[str, Any], method: str, *, fixed: dict[str, Any] | None = None,
+           defaults: dict[str, Any] | None = None) -> Any:
+    """``cls(**settings)`` with ``defaults`` under and ``fixed`` over them; unknown or missing settings are one
+    line naming the step's method."""
+    fixed = fixed or {}
+    _check_known(settings, {f.name for f in fields(cls)} - set(fixed), method)
+    given = {**(defaults or {}), **settings, **fixed}
+    missing = [f.name for f in fields(cls) if f.name not in given and f.default is MISSING
+               and f.default_factory is MISSING]
+    if missing:
+        raise VitpruneError(f"{method} step: missing setting(s) {', '.join(missing)}")
+    return cls(**given)
+
+
+def _split(settings: dict[str, Any], names: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``settings`` divided into those named in ``names`` and the rest."""
+    return ({k: v for k, v in settings.items() if k in names}, {k: v for k, v in settings.items() if k not in names})
+
+
+def _saved(report: dict[str, Any], ctx: _Context) -> nn.Module:
+    """The model a method's pipeline saved (so each step starts from exactly what was saved)."""
+    return load(report["model_dir"], map_location=ctx.device)
+
+
+def _depth_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
+    _check_known(settings, {"attention", "activation", "identity", "fold_norm", "output_gelu"}, "depth")
+    if not settings.get("attention") and not settings.get("activation"):
+        raise VitpruneError("depth step: give attention and/or activation block indices")
+    return settings
+
+
+def _depth(model: nn.Module, settings: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
+    from vitprune.surgery import prune_depth
+
+    pruned = copy.deepcopy(model)
+    prune_depth(pruned, **settings)
+    return pruned, dict(settings)
+
+
+def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
+    from vitprune.methods.width import IMPORTANCES
+
+    _check_known(settings, {"ratio", "target_macs", "convention", "importance", "heads", "embed", "isomorphic",
+                            "batches"}, "width")
+    if ("ratio" in settings) == ("target_macs" in settings):
+        raise VitpruneError("width step: give exactly one of ratio and target_macs")
+    for name, allowed, default in (("convention", CONVENTIONS, "full"), ("importance", IMPORTANCES, "magnitude")):
+        if settings.get(name, default) not in allowed:
+            raise VitpruneError(f"width step: unknown {name} {settings[name]!r} (choose from: {', '.join(allowed)})")
+    return {"convention": "full", "importance": "magnitude", "batches": 4, **settings}
+
+
+def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
+    from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
+
+    batches = []
+    if config["importance"] == "taylor":
+        loader = build_loader(ctx.train_set, 16, shuffle=True, seed=0)
+        batches = [(x.to(ctx.device), y.to(ctx.device)) for x, y in itertools.islice(loader, config["batches"])]
+    options = {k: config[k] for k in ("heads", "embed", "isomorphic", "importance") if k in config}
+    pruned = copy.deepcopy(model)
+    if "target_macs" in config:
+        ratio, plan = prune_width_to_macs(pruned, config["target_macs"], convention=config["convention"],
+                                          batches=batches, **options)
+    else:
+        ratio, plan = config["ratio"], plan_width(pruned, config["ratio"], batches=batches, **options)
+        apply_width(pruned, plan)
+    return pruned, {"ratio": ratio, "plan": plan.to_dict()}
+
+
+def _vbp_config(settings: dict[str, Any], preset: str) -> Any:
+    from vitprune.methods.vbp.pipeline import VBPConfig
+
+    config = _build(VBPConfig, settings, "vbp", fixed={"finetune": None}, defaults={"speed_pairs": _STEP_SPEED_PAIRS})
+    config.validate()
+    return config
+
+
+def _vbp(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
+    from vitprune.methods.vbp.pipeline import run_vbp
+
+    report = run_vbp(model, ctx.train_set, ctx.val_set, config=replace(config, speed_batch=ctx.speed_batch),
+                     calibration_set=ctx.calibration_set, **ctx.pipeline_options())
+    return _saved(report, ctx), {"removed": report["removed"], "widths": report["widths"]}
+
+
+def _star_config(settings: dict[str, Any], preset: str) -> Any:
+    from vitprune.methods.star.pipeline import STARConfig
+
+    # rho's default (0.7) gives way to a MAC target or hand-set rates.
+    defaults = {"speed_pairs": _STEP_SPEED_PAIRS} | ({"rho": None} if {"target_macs", "rates"} & set(settings) else {})
+    config = _build(STARConfig, settings, "star", fixed={"finetune": None}, defaults=defaults)
+    config.validate()
+    return config
+
+
+def _star(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
+    from vitprune.methods.star.pipeline import run_star
+
+    report = run_star(model, ctx.train_set, ctx.val_set, config=replace(config, speed_batch=ctx.speed_batch),
+                      calibration_set=ctx.calibration_set, **ctx.pipeline_options())
+    return _saved(report, ctx), {"rho": report["rho"], "keep_rates": report["keep_rates"]}
+
+
+def _hiap_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, Any]:
+    from vitprune.methods.hiap import HiAPConfig
+
+    train_settings, rest = _split(settings, {f.name for f in fields(TrainConfig)})
+    train = _build(TrainConfig, train_settings, "hiap", defaults={"warmup_epochs": 0.0})
+    config = _build(HiAPConfig, rest, "hiap")
+    train.validate()
+    config.validate()
+    return train, config
+
+
+def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> tuple[nn.Module, dict]:
+    from vitprune.methods.hiap import run_hiap
+
+    train, config = configs
+    report = run_hiap(model, ctx.train_set, ctx.val_set, train=train, config=config, speed_batch=ctx.speed_batch,
+                      speed_pairs=_STEP_SPEED_PAIRS, **ctx.pipeline_options())
+    return _saved(report, ctx), {k: report[k] for k in ("heads", "neurons", "ffn_closed", "threshold")}
+
+
+#: HetDPT settings beyond HetDPTConfig's scalar fields: the layer budget and the preset's stage lengths.
+_HETDPT_OWN = {"budget", "split", "preset", "probe_epochs", "search_epochs", "batch_size"}
+
+
+def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[int, int] | None, Any]:
+    from vitprune.methods.hetdpt.pipeline import HetDPTConfig, configure, parse_split
+
+    own, overrides = _split(settings, _HETDPT_OWN)
+    _check_known(overrides, {f.name for f in fields(HetDPTConfig)} - {"probe", "search", "finetune"}, "hetdpt")
+    if not isinstance(own.get("budget"), int):
+        raise VitpruneError("hetdpt step: budget (layers to remove: attention + activation) must be an integer")
+    split = own.get("split", "auto")
+    config = configure(own.get("preset", preset), probe_epochs=own.get("probe_epochs"),
+                       search_epochs=own.get("search_epochs"), batch_size=own.get("batch_size"),
+                       **{"speed_pairs": _STEP_SPEED_PAIRS, **overrides})
+    config.finetune = None
+    config.validate()
+    return own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))), config
+
+
+def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any],
+            ctx: _Context) -> tuple[nn.Module, dict]:
+    from vitprune.methods.hetdpt.pipeline import run_hetdpt
+
+    budget, split, config = configs
+    report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split,
+                        config=replace(config, speed_batch=ctx.speed_batch), **ctx.pipeline_options())
+    return _saved(report, ctx), {k: report[k] for k in ("attention", "activation", "split")}
+
+
+def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, dict[str, Any]]:
+    from vitprune.training import KINDS
+
+    own, train_settings = _split(settings, {"distill", "alpha", "tau"})
+    train = _build(TrainConfig, train_settings, "finetune")
+    train.validate()
+    own = {"distill": "soft", "alpha": 0.5, "tau": 1.0, **own}
+    if own["distill"] not in KINDS:
+        raise VitpruneError(f"finetune step: unknown distill {own['distill']!r} (choose from: {', '.join(KINDS)})")
+    return train, own
+
+
+def _finetune(model: nn.Module, configs: tuple[TrainConfig, dict[str, Any]], ctx: _Context) -> tuple[nn.Module, dict]:
+    train, distill = configs
+    student = copy.deepcopy(model)
+    finetune_pruned(student, ctx.train_set, ctx.val_set, train, teacher=ctx.teacher, distill=distill["distill"],
+                    alpha=distill["alpha"], tau=distill["tau"], run_dir=ctx.step_dir / "run", device=ctx.device,
+                    progress=ctx.progress, resume=ctx.resume)
+    return student, {**distill, "epochs": train.epochs}
+
+
+class _Method(NamedTuple):
+    """How a step method reads its settings (checked before a chain runs) and what it does with them."""
+
+    settings: str
+    configure: Callable[[dict[str, Any], str], Any]
+    run: Callable[[nn.Module, Any, _Context], tuple[nn.Module, dict[str, Any]]]
+
+
+_METHODS: dict[str, _Method] = {
+    "depth": _Method("attention, activation (block indices), identity, fold_norm, output_gelu",
+                     _depth_config, _depth),
+    "hetdpt": _Method("budget, split ([A, G] or 'auto'), preset, probe_epochs, search_epochs, batch_size and "
+                      "HetDPTConfig's other fields", _hetdpt_config, _hetdpt),
+    "width": _Method("ratio or target_macs (with convention), importance, heads, embed, isomorphic, batches",
+                     _width_config, _width),
+    "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp),
+    "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star),
+    "hiap": _Method("TrainConfig's fields (epochs and lr required) and HiAPConfig's (target_macs, ...)",
+                    _hiap_config, _hiap),
+    "finetune": _Method("TrainConfig's fields (epochs and lr required), distill (default soft), alpha, tau",
+                        _finetune_config, _finetune),
+}
+#: Step methods and what their settings are.
+METHODS: dict[str, str] = {name: method.settings for name, method in _METHODS.items()}

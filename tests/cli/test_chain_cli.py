@@ -1,0 +1,85 @@
+"""``vitprune chain`` and ``vitprune prune hetdpt+``: a chain file run end to end, its report, and its mistakes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import assert_one_line_error, run
+
+import vitprune
+from vitprune.measure import count_macs
+
+pytest.importorskip("torch_pruning")
+
+OPTIONS = ("--data", "digits", "--no-pretrained", "--speed-pairs", "3", "--speed-batch", "2")
+
+
+def test_chain_file_runs_and_reports_every_step(capsys, tmp_path, monkeypatch):
+    from vitprune.cli.app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    steps = tmp_path / "chain.json"
+    steps.write_text(json.dumps([{"method": "depth", "attention": [0, 5], "activation": [3]},
+                                 {"method": "width", "ratio": 0.2, "heads": True}]))
+    code, stdout, _ = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
+                          "--no-onnx", "--json", *OPTIONS)
+    assert code == 0
+    report = json.loads(stdout)
+    assert [s["method"] for s in report["steps"]] == ["start", "depth", "width"]
+    assert report["consistency"]["ok"] and report["model"] == "digits-vit"
+    final = vitprune.load(tmp_path / "run" / "model")
+    assert count_macs(final).macs == report["steps"][-1]["macs_full"] == report["pruned"]["macs_full"]
+    assert {e.op for e in vitprune.get_recipe(final).edits} >= {"remove_attention", "remove_activation", "prune_heads"}
+    # The human-readable form: one row per step and the consistency verdict.
+    code, stdout, _ = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
+                          "--resume", "--no-onnx", *OPTIONS)
+    assert code == 0
+    assert "consistent: MACs" in stdout and "chain (depth → width)" in stdout
+    assert [line.split("│")[2].strip() for line in stdout.splitlines() if line.startswith("│ ")][:3] == [
+        "start", "depth", "width"]
+
+
+@pytest.mark.parametrize("content, pattern", [
+    ("[{", r"chain file .* is not valid JSON"),
+    ('[{"method": "depth", "attention": [0]}, {"method": "width"}]',
+     r"step 2: width step: give exactly one of ratio and target_macs"),
+    ('[{"method": "star", "rates": [1, 0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "alpha": 1}, {"method": "width", '
+     '"ratio": 0.2}]',
+     r"step 2 \(width\): blocks.1 prunes tokens; prune width before tokens"),
+])
+def test_chain_mistakes_are_one_line(capsys, tmp_path, content, pattern):
+    steps = tmp_path / "chain.json"
+    steps.write_text(content)
+    code, _, err = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
+                       "--no-onnx", "--json", *OPTIONS)
+    assert_one_line_error(code, err, pattern)
+
+
+def test_missing_chain_file_is_one_line(capsys, tmp_path):
+    code, _, err = run(capsys, "chain", "digits-vit", "--steps", str(tmp_path / "none.json"), "--out",
+                       str(tmp_path / "run"), *OPTIONS)
+    assert_one_line_error(code, err, r"chain file .*none.json does not exist")
+
+
+def test_hetdpt_plus_mistakes_are_one_line(capsys, tmp_path):
+    base = ("prune", "hetdpt+", "digits-vit", "--out", str(tmp_path / "run"), "--json", *OPTIONS)
+    code, _, err = run(capsys, *base, "--budget", "30", "--macs", "0.01")
+    assert_one_line_error(code, err, r"step 1 \(hetdpt\): budget 30 is out of range")
+    # The corrected command resumes the failed run's directory: no step of it had finished.
+    code, _, err = run(capsys, *base, "--budget", "4", "--split", "1,1", "--macs", "0.01", "--resume")
+    assert_one_line_error(code, err, r"step 1 \(hetdpt\): split 1,1 removes 2 layers, not the budget of 4")
+
+
+@pytest.mark.slow
+def test_hetdpt_plus_runs_depth_then_width_then_one_fine_tune(capsys, tmp_path):
+    target = 0.45 * count_macs(vitprune.create_model("digits-vit")).macs
+    code, stdout, _ = run(capsys, "prune", "hetdpt+", "digits-vit", "--budget", "4", "--split", "2,2", "--macs",
+                          str(target / 1e9), "--search-epochs", "1", "--epochs", "1", "--out", str(tmp_path / "run"),
+                          "--json", *OPTIONS)
+    assert code == 0
+    report = json.loads(stdout)
+    assert [s["method"] for s in report["steps"]] == ["start", "hetdpt", "width", "finetune"]
+    assert 0.97 * target <= report["pruned"]["macs_full"] <= target
+    assert report["steps"][3]["summary"]["distill"] == "soft"  # the digits preset's self-distillation
+    assert report["consistency"]["ok"] and report["consistency"]["onnx_max_diff"] <= 1e-4

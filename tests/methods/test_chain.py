@@ -1,0 +1,184 @@
+"""Chains of methods: settings checked before anything runs, steps applied in order with the recipe growing in that
+order, resume at the step a run stopped in, the final model consistent, and steps that cannot apply named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import vitprune
+from vitprune.data import balanced_subset, build_dataset
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.measure import count_macs
+from vitprune.methods.chain import (
+    CHAIN_FILE, METHODS, MODEL_DIR, STEP_FILE, STEPS_DIR, Step, hetdpt_plus_steps, load_chain, parse_chain, run_chain,
+)
+from vitprune.surgery import prune_depth, token_pruning_blocks
+
+pytest.importorskip("torch_pruning")
+
+
+@pytest.fixture(scope="module")
+def setting():
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=4)
+    with torch.no_grad():  # untrained biases are 0, which would hide the bias paths
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.05)
+    size = vitprune.get_adapter(model).input_size
+    train = balanced_subset(build_dataset("digits", "train", input_size=size), 96, seed=0)
+    val = balanced_subset(build_dataset("digits", "val", input_size=size), 60, seed=0)
+    return model, train, val
+
+
+def _run(setting, steps, run_dir, **kwargs):
+    model, train, val = setting
+    return run_chain(model, train, val, steps, run_dir=run_dir, speed_batch=2, speed_pairs=3, onnx=False, **kwargs)
+
+
+FOUR_STEPS = [
+    {"method": "depth", "attention": [1], "activation": [2]},
+    {"method": "width", "ratio": 0.25},
+    {"method": "vbp", "ratio": 0.3, "calibration_images": 32, "calibration_batch": 16},
+    {"method": "star", "rates": [1, 1, 0.7, 0.6], "alpha": 1.0},
+]
+
+
+def test_steps_apply_in_order_and_equal_the_methods_run_by_hand(setting, tmp_path):
+    model, _, _ = setting
+    report = _run(setting, parse_chain(FOUR_STEPS), tmp_path)
+    assert [r["method"] for r in report["steps"]] == ["start", "depth", "width", "vbp", "star"]
+    macs = [r["macs_full"] for r in report["steps"]]
+    assert all(b < a for a, b in zip(macs, macs[1:])), macs
+    assert report["steps"][0]["macs_full"] == count_macs(model).macs
+    final = vitprune.load(tmp_path / MODEL_DIR)
+    assert count_macs(final).macs == macs[-1] == report["pruned"]["macs_full"]
+    ops = [e.op for e in vitprune.get_recipe(final).edits]
+    # depth, width (head dims, neurons, stream channels of the 3 blocks with an MLP), VBP (mean shift folded into
+    # the weights), STAR.
+    assert ops == ["remove_attention", "remove_activation", *["prune_head_dims"] * 3, *["prune_mlp_neurons"] * 3,
+                   "prune_embed_dims", *["prune_mlp_neurons"] * 3, "prune_tokens", "prune_tokens"]
+    assert report["consistency"]["ok"] and report["consistency"]["onnx_skipped"] == "not asked for"
+    # The width step cut exactly what width pruning by hand cuts from the depth-pruned model.
+    from vitprune.methods.width import prune_width
+
+    by_hand = copy.deepcopy(model)
+    prune_depth(by_hand, [1], [2])
+    prune_width(by_hand, 0.25)
+    after_width = vitprune.load(tmp_path / STEPS_DIR / "02-width" / MODEL_DIR)
+    x = torch.randn(2, *vitprune.get_adapter(model).input_size)
+    with torch.no_grad():
+        torch.testing.assert_close(after_width(x), by_hand.eval()(x), rtol=0, atol=0)
+    # STAR pruned tokens in blocks 2 and 3: ceil(0.7*64) then ceil(0.6*45) patch tokens.
+    assert [b.tokens for b in count_macs(final).blocks] == [65, 65, 65, 46]
+
+
+def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_path, monkeypatch):
+    from vitprune.methods import chain as chain_module
+
+    steps = parse_chain(FOUR_STEPS[:2] + [{"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32}])
+    first = _run(setting, steps, tmp_path)
+    # Forget that the fine-tune step finished, and make the first two steps unrunnable: resuming must reload them.
+    (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).unlink()
+    for method in ("depth", "width"):
+        monkeypatch.setitem(chain_module._METHODS, method, chain_module._METHODS[method]._replace(
+            run=lambda *a: pytest.fail("a finished step ran again")))
+    resumed = _run(setting, steps, tmp_path, resume=True)
+    assert [r["top1"] for r in resumed["steps"]] == [r["top1"] for r in first["steps"]]
+    assert resumed["steps"][3]["summary"]["epochs"] == 1
+    assert (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).exists()
+    x = torch.randn(2, *vitprune.get_adapter(setting[0]).input_size)
+    with torch.no_grad():
+        torch.testing.assert_close(vitprune.load(tmp_path / MODEL_DIR)(x),
+                                   vitprune.load(tmp_path / STEPS_DIR / "03-finetune" / MODEL_DIR)(x), rtol=0, atol=0)
+    with pytest.raises(VitpruneError, match="step 2 of the run in .* finished with other settings"):
+        _run(setting, [steps[0], Step("width", {"ratio": 0.3}), steps[2]], tmp_path, resume=True)
+    # A step not finished yet may change: its old stage files go.
+    (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).unlink()
+    changed = _run(setting, [*steps[:2], Step("finetune", {"epochs": 2, "lr": 1e-3, "batch_size": 32})], tmp_path,
+                   resume=True)
+    assert changed["steps"][3]["summary"]["epochs"] == 2
+    with pytest.raises(VitpruneError, match="not empty"):
+        _run(setting, steps, tmp_path)
+
+
+def test_hetdpt_plus_prunes_depth_then_width_to_the_target_then_fine_tunes_once(setting, tmp_path):
+    model, _, _ = setting
+    target = 0.5 * count_macs(model).macs
+    steps = hetdpt_plus_steps(budget=2, split=[1, 1], target_macs=target, preset="digits",
+                              hetdpt={"search_epochs": 1, "batch_size": 32},
+                              finetune={"epochs": 1, "lr": 1e-3, "batch_size": 32})
+    report = _run(setting, steps, tmp_path)
+    hetdpt, width, finetune = report["steps"][1:]
+    assert len(hetdpt["summary"]["attention"]) == len(hetdpt["summary"]["activation"]) == 1
+    assert not (tmp_path / STEPS_DIR / "01-hetdpt" / "finetune").exists()  # HetDPT's own fine-tune is off
+    assert 0.97 * target <= width["macs_full"] <= target and finetune["macs_full"] == width["macs_full"]
+    assert finetune["summary"]["distill"] == "soft" and finetune["summary"]["epochs"] == 1
+    merged = hetdpt["summary"]["activation"][0]
+    assert str(merged) not in width["summary"]["plan"]["neurons"]  # a merged D×D linear has no hidden neurons
+    assert report["consistency"]["ok"]
+
+
+def test_depth_then_star_with_its_lrp_prior(setting, tmp_path):
+    """The HetDPT paper's orthogonality claim as a chain: STAR's full pipeline (ACS schedule, LRP prior) runs on the
+    depth-pruned model; the block whose attention is gone keeps every token."""
+    steps = parse_chain([{"method": "depth", "attention": [1], "activation": [2]},
+                         {"method": "star", "rho": 0.6, "anchor": "minmax", "acs_images": 16, "lrp_images": 16,
+                          "calibration_batch": 8, "classes": 2}])
+    report = _run(setting, steps, tmp_path)
+    rates = report["steps"][2]["summary"]["keep_rates"]
+    assert rates[1] == 1.0 and min(rates) == 0.6
+    final = vitprune.load(tmp_path / MODEL_DIR)
+    blocks = token_pruning_blocks(final)
+    assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(rates) if r < 1}
+    assert all(not torch.all(b.inter == 1) for b in blocks.values())  # the LRP prior is installed
+    assert report["consistency"]["ok"]
+
+
+@pytest.mark.parametrize("steps, message", [
+    ([], "non-empty list"),
+    ([{"method": "prune"}], "step 1: each step needs a method"),
+    ([{"method": "depth"}], "step 1: depth step: give attention"),
+    ([{"method": "depth", "attention": [0], "blocks": [1]}], "step 1: depth step: unknown setting.*blocks"),
+    ([{"method": "depth", "attention": [0]}, {"method": "width", "ratio": 0.2, "target_macs": 1e6}],
+     "step 2: width step: give exactly one of ratio and target_macs"),
+    ([{"method": "vbp", "ratio": 1.5}], "step 1: the pruning ratio must be in"),
+    ([{"method": "vbp", "finetune": {"epochs": 1}}], "step 1: vbp step: unknown setting.*finetune"),
+    ([{"method": "hiap", "epochs": 1}], "step 1: hiap step: missing setting.*lr"),
+    ([{"method": "hetdpt", "split": [1, 1]}], "step 1: hetdpt step: budget"),
+    ([{"method": "finetune", "epochs": 1, "lr": 1e-3, "distill": "strong"}], "unknown distill 'strong'"),
+    ({"steps": [{"method": "star", "rho": 0.5, "rates": [1]}]}, "exactly one of rho"),
+])
+def test_bad_chains_fail_before_anything_runs(steps, message):
+    with pytest.raises(VitpruneError, match=message):
+        parse_chain(steps)
+
+
+def test_chain_files_and_the_documented_methods(tmp_path):
+    path = tmp_path / "chain.json"
+    path.write_text('{"steps": [{"method": "depth", "attention": [0]}, {"method": "star", "target_macs": 1e7}]}')
+    assert load_chain(path) == [Step("depth", {"attention": [0]}), Step("star", {"target_macs": 1e7})]
+    path.write_text("[{")
+    with pytest.raises(VitpruneError, match="not valid JSON"):
+        load_chain(path)
+    with pytest.raises(VitpruneError, match="does not exist"):
+        load_chain(tmp_path / "missing.json")
+    assert set(METHODS) == {"depth", "hetdpt", "width", "vbp", "star", "hiap", "finetune"}
+
+
+@pytest.mark.parametrize("steps, error, message", [
+    # Token-pruning blocks cannot be traced by torch-pruning.
+    ([{"method": "star", "rates": [1, 0.5, 1, 1], "alpha": 1.0}, {"method": "width", "ratio": 0.2}],
+     UnsupportedArchitectureError, r"step 2 \(width\): blocks.1 prunes tokens; prune width before tokens"),
+    # The attention of block 1 is gone: removing it again is a mistake, not a no-op.
+    ([{"method": "depth", "attention": [1]}, {"method": "depth", "attention": [1]}],
+     VitpruneError, r"step 2 \(depth\): block 1 has no attention left to remove"),
+])
+def test_steps_that_cannot_apply_name_the_step(setting, tmp_path, steps, error, message):
+    with pytest.raises(error, match=message):
+        _run(setting, parse_chain(steps), tmp_path)
+    # The first step finished and stays: a corrected chain resumes after it.
+    assert (tmp_path / CHAIN_FILE).exists() and (tmp_path / STEPS_DIR / f"01-{steps[0]['method']}" / STEP_FILE).exists()
