@@ -63,6 +63,20 @@ def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
     return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
+def digits_chain() -> torch.nn.Module:
+    """A 4-block digits ViT after depth pruning (attention of block 1, GELU of block 2), a third of block 3's FFN
+    neurons kept and static token pruning in block 2: a small model with every kind of static edit."""
+    from vitprune import create_model
+    from vitprune.surgery import prune_depth, prune_mlp_neurons, prune_tokens
+
+    torch.manual_seed(0)
+    model = create_model("digits-vit", depth=4)
+    prune_depth(model, attention=[1], activation=[2])
+    prune_mlp_neurons(model, 3, list(range(0, 192, 3)))
+    prune_tokens(model, 2, 0.6)
+    return model.eval()
+
+
 #: Variables torchrun sets; a test launching its own torchrun must not inherit them.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 

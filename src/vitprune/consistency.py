@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitprune.adapters import get_adapter
+from vitprune.export import dynamic_structure, export_onnx, onnx_missing
 from vitprune.measure import count_macs, value_padding_macs
 from vitprune.models.factory import build_base
 from vitprune.recipe import get_recipe, load, save
@@ -55,24 +56,6 @@ def _structure(model: nn.Module) -> list[tuple[str, str, tuple[int, ...]]]:
     return modules + tensors
 
 
-def _static(model: nn.Module) -> str | None:
-    """Why the model's structure is not static (so no ONNX check), or ``None``."""
-    for view in get_adapter(model).blocks():
-        if getattr(view.module, "adaptive", False):
-            return f"{view.name} keeps a per-image number of tokens (a-STAR)"
-    return None
-
-
-def _onnx_max_diff(model: nn.Module, x: torch.Tensor, expected: torch.Tensor, directory: Path) -> float:
-    import onnxruntime
-
-    path = directory / "model.onnx"
-    torch.onnx.export(model, (x,), dynamo=True, verbose=False).save(str(path))
-    session = onnxruntime.InferenceSession(str(path))
-    got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
-    return (got - expected).abs().max().item()
-
-
 def check_consistency(model: nn.Module, *, onnx: bool = True, directory: str | os.PathLike | None = None,
                       seed: int = 0) -> Consistency:
     """Run every check on ``model`` (CPU, eval mode) with one random image; files go to ``directory`` (default: a
@@ -91,13 +74,10 @@ def check_consistency(model: nn.Module, *, onnx: bool = True, directory: str | o
             round_trip = (loaded(x) - expected).abs().max().item()
         fresh = build_base(get_recipe(model).base)
         replay(fresh, get_recipe(model).edits)
-        skipped = _static(model) if onnx else "not asked for"
+        skipped = (dynamic_structure(model) or onnx_missing()) if onnx else "not asked for"
         onnx_diff = None
-        if skipped is None:
-            try:
-                onnx_diff = _onnx_max_diff(model, x, expected, where)
-            except ImportError:
-                skipped = "the onnx extra is not installed: pip install 'vitprune[onnx]'"
+        if skipped is None:  # any difference is recorded here, and judged by Consistency.ok
+            onnx_diff = export_onnx(model, where / "model.onnx", atol=float("inf")).max_abs_diff
     return Consistency(
         macs_counted=count_macs(model, image=x[0]).macs, macs_padding=value_padding_macs(model, image=x[0]),
         macs_flop_counter=counter.get_total_flops() // 2, round_trip_max_diff=round_trip,

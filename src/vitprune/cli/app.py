@@ -39,7 +39,7 @@ def print_json(data: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
-    from vitprune.cli import analyze, chain, commands, demo, finetune, prune  # noqa: F401  (registers the commands on ``app``)
+    from vitprune.cli import analyze, chain, commands, demo, export, finetune, prune  # noqa: F401  (registers the commands on ``app``)
 
     try:
         app(args=argv, standalone_mode=False)
