@@ -31,14 +31,13 @@ import argparse
 import copy
 import json
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from fresh_speed import bench_fresh, summarise
 from profile_deit import write_results
 from torch import nn
 
@@ -193,15 +192,10 @@ def time_models(report: dict[str, Any], args: argparse.Namespace) -> None:
     for row in report["rows"]:
         if row.get("model_dir") is None:
             continue
-        runs = []
-        for _ in range(args.speed_processes):
-            out = subprocess.run(
-                [sys.executable, "-m", "vitprune", "bench", str(args.out_dir / row["model_dir"]), "--vs",
-                 "digits-vit", "-b", str(args.speed_batch), "--repeats", str(args.speed_pairs), "--warmup", "3",
-                 "--json"], check=True, capture_output=True, text=True).stdout
-            runs.append(json.loads(out))
+        runs = [bench_fresh(str(args.out_dir / row["model_dir"]), "digits-vit", batch_size=args.speed_batch,
+                            pairs=args.speed_pairs, warmup=3) for _ in range(args.speed_processes)]
         row["speedup_runs"] = [run["speedup"] for run in runs]
-        row["speedup"] = statistics.median(row["speedup_runs"])
+        row["speedup"] = summarise(row["speedup_runs"])["median"]
         row["context"] = runs[0]["a"]["context"]
         print(f"{row['budget']:.0%} {row['method']}: speedup {row['speedup']:.3f} "
               f"{[round(r, 3) for r in row['speedup_runs']]} (MAC ratio {report['dense_macs'] / row['macs']:.3f})",

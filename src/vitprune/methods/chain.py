@@ -176,7 +176,7 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
         current = current.to(device).eval()
         record = {"step": number, "method": step.method, "settings": step.settings, "summary": summary,
                   **_footprint(current), "top1": evaluate(current, val_loader)["top1"], "dir": str(step_dir)}
-        if not (step_dir / MODEL_DIR).exists():
+        if not (step_dir / MODEL_DIR).exists():  # the methods' pipelines have saved theirs, with their metadata
             save(current, step_dir / MODEL_DIR)
         write_json(step_dir / STEP_FILE, record)
         records.append(record)
