@@ -10,6 +10,8 @@ tokens. This script prunes each model four ways to the same cost and times each 
 * ``width``: ``prune_width_to_macs`` to T (torch-pruning, isomorphic, magnitude importance: embedding
   channels, head dims and FFN neurons at one global ratio found by bisection);
 * ``depth+width``: half the depth budget, then ``prune_width_to_macs`` to T;
+* ``width x8`` and ``depth+width x8``: the same with ``round_to=8``, every kept width a multiple of 8
+  (widths such as 317 or 47 run far slower per MAC on CPU);
 * ``depth+STAR``: the same half depth budget, then static STAR token pruning (alpha = 1: the blocks'
   own [CLS] attention, no LRP prior) at one keep rate in every block from ``--star-from`` on that still
   has its attention (a block without attention cannot score tokens), rates compounding from block to
@@ -56,7 +58,7 @@ from vitprune.surgery import prune_depth
 
 #: ``--models`` names (short or timm) -> the ``depth_speed.CONFIGS`` label.
 MODELS = {key: label for label, (timm_name, *_) in CONFIGS.items() for key in (label.split(",")[0], timm_name)}
-VARIANTS = ("depth", "width", "depth+width", "depth+STAR")
+VARIANTS = ("depth", "width", "width x8", "depth+width", "depth+width x8", "depth+STAR")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -123,6 +125,10 @@ def _star(model: nn.Module, target: float, start: int, tol: float = 1e-4) -> tup
     return low, blocks
 
 
+def _saved_dir(directory: Path, variant: str) -> Path:
+    return directory / variant.replace("+", "_").replace(" ", "_")
+
+
 def build(label: str, args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     """The dense model's figures and each variant, pruned to the depth configuration's MACs and saved."""
     name, attention, activation, _ = CONFIGS[label]
@@ -141,12 +147,13 @@ def build(label: str, args: argparse.Namespace, directory: Path) -> dict[str, An
         info: dict[str, Any] = {}
         try:
             if variant != "depth":
-                if variant != "width":
+                if variant.startswith("depth+"):
                     prune_depth(model, **half)
                     info["depth_share_of_reduction"] = (dense_macs - count_macs(model).macs) / (dense_macs - target)
-                if variant.endswith("width"):
-                    ratio, plan = prune_width_to_macs(model, target)
-                    info |= {"width_ratio": ratio, "width_plan_kept": {
+                if "width" in variant:
+                    round_to = 8 if variant.endswith("x8") else None
+                    ratio, plan = prune_width_to_macs(model, target, round_to=round_to)
+                    info |= {"width_ratio": ratio, "round_to": round_to, "width_plan_kept": {
                         "embed": None if plan.embed is None else len(plan.embed),
                         "head_dims": {b: len(k) for b, k in plan.head_dims.items()},
                         "heads": {b: len(k) for b, k in plan.heads.items()},
@@ -160,7 +167,7 @@ def build(label: str, args: argparse.Namespace, directory: Path) -> dict[str, An
             print(f"{label} {variant}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             continue
         figures = _structure(model)
-        vitprune.save(model, directory / variant.replace("+", "_"))
+        vitprune.save(model, _saved_dir(directory, variant))
         row["variants"][variant] = {
             **info, **figures, "build_seconds": time.perf_counter() - start,
             "macs_vs_target": figures["macs_full"] / target,
@@ -178,7 +185,7 @@ def time_variants(row: dict[str, Any], args: argparse.Namespace, directory: Path
     timed = [v for v in VARIANTS if "error" not in row["variants"][v]]
     for process in range(args.processes):
         for variant in timed:
-            run = bench_fresh(str(directory / variant.replace("+", "_")), row["timm_name"],
+            run = bench_fresh(str(_saved_dir(directory, variant)), row["timm_name"],
                               batch_size=args.batch_size, pairs=args.pairs, warmup=args.warmup, device=args.device,
                               dtype=args.dtype, threads=args.threads)
             row["variants"][variant]["runs"].append(run)
@@ -211,7 +218,7 @@ def _describe(variant: str, v: dict[str, Any], row: dict[str, Any]) -> str:
     parts = []
     if variant == "depth":
         parts.append(f"attn {depth['attention']}, GELU {depth['activation']}")
-    elif variant != "width":
+    elif variant.startswith("depth+"):
         parts.append(f"attn {half['attention']}, GELU {half['activation']} ({v['depth_share_of_reduction']:.0%} "
                      "of the MAC cut)")
     if "width_ratio" in v:
@@ -220,8 +227,9 @@ def _describe(variant: str, v: dict[str, Any], row: dict[str, Any]) -> str:
             b["mlp_hidden"], None if b["attn_dim"] is None or not b["heads"] else b["attn_dim"] // b["heads"])
             if w is not None]
         odd = sum(w % 8 != 0 for w in widths)
-        parts.append(f"width ratio {v['width_ratio']:.4f} (embed {v['embed_dim']}; {odd} of {len(widths)} embed, "
-                     "head-dim and FFN widths not a multiple of 8)")
+        rounded = f", widths rounded to multiples of {v['round_to']}" if v.get("round_to") else ""
+        parts.append(f"width ratio {v['width_ratio']:.4f}{rounded} (embed {v['embed_dim']}; {odd} of {len(widths)} "
+                     "embed, head-dim and FFN widths not a multiple of 8)")
     if "keep_rate" in v:
         parts.append(f"keep rate {v['keep_rate']:.4f} in blocks {v['token_blocks']} (tokens entering each block: "
                      f"{' '.join(str(b['tokens']) for b in v['blocks'])})")
@@ -239,7 +247,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         "full-convention MACs of the HetDPT paper's depth configuration. *depth*: that configuration (`prune_depth`,",
         "attention identity x + LN1(x)); *width*: torch-pruning isomorphic width pruning, magnitude importance",
         "(`prune_width_to_macs`); *depth+width*: the first half of each depth list (attention rounded up, GELU down),",
-        "then width to the target; *depth+STAR*: the same half depth, then static STAR (α = 1, own [CLS] attention)",
+        "then width to the target; *x8*: torch-pruning's `round_to=8`, every kept width a multiple of 8;",
+        "*depth+STAR*: the same half depth, then static STAR (α = 1, own [CLS] attention)",
         f"at one keep rate, compounding, in every block from block {report['star_from']} on that keeps its attention,",
         "the largest rate within the target (random weights make an ACS schedule meaningless).",
         "",

@@ -79,6 +79,7 @@ def hetdpt_plus(
     heads: bool = typer.Option(False, "--heads/--head-dims", help="Remove whole heads instead of head dimensions."),
     embed: bool = typer.Option(True, "--embed/--no-embed", help="Also prune the residual stream's channels."),
     isomorphic: bool = typer.Option(True, "--isomorphic/--global", help="Isomorphic Pruning or plain global ranking."),
+    round_to: Optional[int] = typer.Option(None, "--round-to", min=1, help="Keep every width a multiple of N."),
     preset: Optional[str] = typer.Option(None, help="HetDPT settings: digits or imagenet (default by --data)."),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Fine-tuning epochs (preset's Stage 2)."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Fine-tuning peak learning rate."),
@@ -116,7 +117,7 @@ def hetdpt_plus(
     steps = hetdpt_plus_steps(budget=budget, target_macs=macs * 1e9, split=split, preset=name,
                               convention=convention.value, finetune=finetune, hetdpt=hetdpt,
                               width={"importance": importance.value, "heads": heads, "embed": embed,
-                                     "isomorphic": isomorphic})
+                                     "isomorphic": isomorphic, "round_to": round_to})
     run_chain_command(model, steps, data=data, out=out, preset=name, onnx=True, resume=resume, pretrained=pretrained,
                       checkpoint=checkpoint, data_root=data_root, download=download, speed_batch=speed_batch,
                       speed_pairs=speed_pairs, device=device, json_out=json_out, render=render_chain)

@@ -95,6 +95,8 @@ def width(
     embed: bool = typer.Option(True, "--embed/--no-embed", help="Also prune the residual stream's channels."),
     isomorphic: bool = typer.Option(True, "--isomorphic/--global", help="Rank within groups of the same shape "
                                                                          "(Isomorphic Pruning) or all together."),
+    round_to: Optional[int] = typer.Option(None, "--round-to", min=1, help="Keep every width a multiple of N "
+                                                                           "(8: faster kernels)."),
     data: Optional[str] = typer.Option(None, "--data", help="Data for taylor importance (digits, cifar10, ...)."),
     batches: int = typer.Option(4, "--batches", min=1, help="Training batches of 16 for taylor importance."),
     pretrained: bool = PRETRAINED_OPT,
@@ -128,7 +130,7 @@ def width(
     else:
         dense, taylor_batches = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), []
     options = {"importance": importance.value, "heads": heads, "embed": embed, "isomorphic": isomorphic,
-               "batches": taylor_batches}
+               "round_to": round_to, "batches": taylor_batches}
     pruned = copy.deepcopy(dense)
     if macs is not None:
         ratio, plan = prune_width_to_macs(pruned, macs * 1e9, convention=convention.value, **options)
@@ -194,7 +196,8 @@ def hetdpt(
                                                help="Fast fine-tune epochs per predictor point."),
     lr: Optional[float] = typer.Option(None, "--lr", help="Stage-2 peak learning rate."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Batch for every stage."),
-    distill: Optional[Distill] = typer.Option(None, help="Self-distillation from the unpruned model (preset's default)."),
+    distill: Optional[Distill] = typer.Option(None, help="Self-distillation from the unpruned model (preset's "
+                                                         "default)."),
     identity: AttentionIdentity = IDENTITY_OPT,
     output_gelu: bool = typer.Option(False, "--output-gelu", help="Compatibility: the reference code's extra GELU."),
     shortlist: Optional[int] = typer.Option(None, min=1, help="Step 2 chooses among each type's N lowest-TE layers."),
@@ -217,7 +220,8 @@ def hetdpt(
     chosen_split = parse_split(split)
     config = configure(preset or ("digits" if data == "digits" else "imagenet"), epochs=epochs,
                        search_epochs=search_epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size,
-                       distill=distill.value if distill is not None else None, identity=identity.value, output_gelu=output_gelu, shortlist=shortlist,
+                       distill=distill.value if distill is not None else None, identity=identity.value,
+                       output_gelu=output_gelu, shortlist=shortlist,
                        min_per_type=min_per_type)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download)

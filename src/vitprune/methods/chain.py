@@ -263,7 +263,7 @@ def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
     from vitprune.methods.width import IMPORTANCES
 
     _check_known(settings, {"ratio", "target_macs", "convention", "importance", "heads", "embed", "isomorphic",
-                            "batches"}, "width")
+                            "round_to", "batches"}, "width")
     if ("ratio" in settings) == ("target_macs" in settings):
         raise VitpruneError("width step: give exactly one of ratio and target_macs")
     for name, allowed, default in (("convention", CONVENTIONS, "full"), ("importance", IMPORTANCES, "magnitude")):
@@ -279,7 +279,7 @@ def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.
     if config["importance"] == "taylor":
         loader = build_loader(ctx.train_set, 16, shuffle=True, seed=0)
         batches = [(x.to(ctx.device), y.to(ctx.device)) for x, y in itertools.islice(loader, config["batches"])]
-    options = {k: config[k] for k in ("heads", "embed", "isomorphic", "importance") if k in config}
+    options = {k: config[k] for k in ("heads", "embed", "isomorphic", "round_to", "importance") if k in config}
     pruned = copy.deepcopy(model)
     if "target_macs" in config:
         ratio, plan = prune_width_to_macs(pruned, config["target_macs"], convention=config["convention"],
@@ -408,7 +408,8 @@ _METHODS: dict[str, _Method] = {
                      _depth_config, _depth),
     "hetdpt": _Method("budget, split ([A, G] or 'auto'), preset, probe_epochs, search_epochs, batch_size and "
                       "HetDPTConfig's other fields", _hetdpt_config, _hetdpt),
-    "width": _Method("ratio or target_macs (with convention), importance, heads, embed, isomorphic, batches",
+    "width": _Method("ratio or target_macs (with convention), importance, heads, embed, isomorphic, round_to, "
+                     "batches",
                      _width_config, _width),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp),
     "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star),

@@ -111,6 +111,27 @@ def test_a_mac_target_is_met_from_below():
         prune_width_to_macs(model, 1000)
 
 
+def _widths(model):
+    """The stream width, and per block the FFN width, the attention width and the head width."""
+    adapter = vitprune.get_adapter(model)
+    return [adapter.embed_dim] + [w for v in adapter.blocks() for w in (
+        v.mlp.hidden_features, v.attn.num_heads * v.attn.head_dim, v.attn.head_dim)]
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_round_to_keeps_every_width_a_multiple(heads):
+    """deit_small (384 wide, 6 heads of 64, 1536 neurons) at ratio 0.2: unrounded, widths such as 307 or 50 remain."""
+    model = _model("deit_small_patch16_224", depth=3)
+    reference = copy.deepcopy(model)
+    prune_width(reference, 0.2, heads=heads)
+    prune_width(model, 0.2, heads=heads, round_to=8)
+    assert all(w % 8 == 0 for w in _widths(model)), _widths(model)
+    assert any(w % 8 for w in _widths(reference)), _widths(reference)
+    x = _input(model)
+    with torch.no_grad():
+        assert model(x).shape == (2, 1000)
+
+
 def test_width_mistakes(monkeypatch):
     model = _model()
     with pytest.raises(VitpruneError, match="width ratio must be in"):
