@@ -63,6 +63,18 @@ def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
     return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
+def random_hiap_gates(model: torch.nn.Module, seed: int = 1):
+    """HiAP gates for ``model`` with logits drawn around +0.8 (most units open, some closed), for extraction tests."""
+    from vitprune.methods.hiap import HiAPGates, layer_shapes
+
+    gates = HiAPGates(layer_shapes(model))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in gates.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
+    return gates
+
+
 def digits_chain() -> torch.nn.Module:
     """A 4-block digits ViT after depth pruning (attention of block 1, GELU of block 2), a third of block 3's FFN
     neurons kept and static token pruning in block 2: a small model with every kind of static edit."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import random_hiap_gates
 
 import vitprune
 from vitprune.consistency import check_consistency
 from vitprune.errors import UnsupportedArchitectureError
-from vitprune.methods.hiap import HiAPGates, layer_shapes
 from vitprune.methods.hiap.extract import extract
 from vitprune.surgery import compensate_mean_shift, prune_depth, prune_mlp_neurons, prune_tokens
 
@@ -44,11 +44,8 @@ def _vbp(model):
 
 
 def _hiap(model):
-    gates = HiAPGates(layer_shapes(model))
-    gen = torch.Generator().manual_seed(1)
+    gates = random_hiap_gates(model)
     with torch.no_grad():
-        for p in gates.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
         gates.head[2][:] = -1.0
         gates.block[6].fill_(-1.0)
         gates.head[3][0] = 3.0  # block 3 keeps a head, so token pruning there has a [CLS] row

@@ -15,6 +15,9 @@ from vitprune.cli.commands import (
 from vitprune.cli.finetune import Distill
 from vitprune.cli.prune import PRETRAINED_OPT, SPEED_BATCH_OPT, Importance, _load_inputs, _show, prune_app
 
+RESUME_OPT = typer.Option(False, "--resume", help="Continue the run in --out from the step it stopped in.")
+SPEED_PAIRS_OPT = typer.Option(10, "--speed-pairs", min=3, help="Alternating pairs timing the final model.")
+
 
 @app.command()
 def chain(
@@ -26,13 +29,13 @@ def chain(
     preset: Optional[str] = typer.Option(None, help="HetDPT steps' default preset (digits or imagenet; default by "
                                                     "--data)."),
     onnx: bool = typer.Option(True, "--onnx/--no-onnx", help="Check that the final model exports to ONNX."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from the step it stopped in."),
+    resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
-    speed_pairs: int = typer.Option(10, "--speed-pairs", min=3, help="Alternating pairs timing the final model."),
+    speed_pairs: int = SPEED_PAIRS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -87,13 +90,13 @@ def hetdpt_plus(
     search_epochs: Optional[int] = typer.Option(None, "--search-epochs", min=1, help="HetDPT step-2 epochs."),
     probe_epochs: Optional[int] = typer.Option(None, "--probe-epochs", min=1, help="HetDPT predictor fine-tunes."),
     distill: Optional[Distill] = typer.Option(None, help="Distillation from the unpruned model (preset's default)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from the step it stopped in."),
+    resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
-    speed_pairs: int = typer.Option(10, "--speed-pairs", min=3, help="Alternating pairs timing the final model."),
+    speed_pairs: int = SPEED_PAIRS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:

@@ -7,12 +7,11 @@ import copy
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, random_hiap_gates
 
 import vitprune
 from vitprune.consistency import check_consistency
 from vitprune.errors import UnsupportedArchitectureError
-from vitprune.methods.hiap import HiAPGates, layer_shapes
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.star import apply_keep_rates, average_cosine_similarity, inter_layer_scores
 from vitprune.methods.star.lrp import attention_relevance, traced_forward
@@ -33,11 +32,8 @@ def _hiap_digits():
     neuron in block 6."""
     torch.manual_seed(0)
     model = _with_biases(vitprune.create_model("digits-vit"))
-    gates = HiAPGates(layer_shapes(model))
-    gen = torch.Generator().manual_seed(1)
+    gates = random_hiap_gates(model)
     with torch.no_grad():
-        for p in gates.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
         gates.head[2][:] = -1.0
         gates.neuron[6][:] = -1.0
     kept = extract(model, gates)
