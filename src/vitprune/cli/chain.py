@@ -13,7 +13,9 @@ from vitprune.cli.commands import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, Convention,
 )
 from vitprune.cli.finetune import Distill
-from vitprune.cli.prune import PRETRAINED_OPT, SPEED_BATCH_OPT, Importance, _load_inputs, _show, prune_app
+from vitprune.cli.prune import (
+    PRETRAINED_OPT, SPEED_BATCH_OPT, Importance, _load_inputs, _show, hetdpt_preset_for, prune_app,
+)
 
 RESUME_OPT = typer.Option(False, "--resume", help="Continue the run in --out from the step it stopped in.")
 SPEED_PAIRS_OPT = typer.Option(10, "--speed-pairs", min=3, help="Alternating pairs timing the final model.")
@@ -56,14 +58,16 @@ def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: 
     """Load MODEL and --data (with the calibration images VBP and STAR steps use), run ``steps`` into --out and show
     the report through ``render``."""
     from vitprune.device import resolve_device
-    from vitprune.methods.chain import run_chain
+    from vitprune.methods.chain import check_chain, run_chain
 
+    preset = hetdpt_preset_for(preset, data)
+    check_chain(steps, preset)  # before the data loads
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download, calibration=True)
     report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
                        device=resolve_device(device), progress=not json_out, resume=resume,
                        log=(lambda _m: None) if json_out else err_console.print,
-                       preset=preset or ("digits" if data == "digits" else "imagenet"), speed_batch=speed_batch,
+                       preset=preset, speed_batch=speed_batch,
                        speed_pairs=speed_pairs, onnx=onnx)
     _show(model, report, render, json_out)
 
@@ -106,15 +110,13 @@ def hetdpt_plus(
 
     from vitprune.cli.render import render_chain
     from vitprune.methods.chain import hetdpt_plus_steps
-    from vitprune.methods.hetdpt.pipeline import parse_split
     from vitprune.methods.hetdpt.pipeline import preset as hetdpt_preset
 
-    name = preset or ("digits" if data == "digits" else "imagenet")
+    name = hetdpt_preset_for(preset, data)
     base = hetdpt_preset(name)
     finetune = {**asdict(base.finetune), "distill": base.distill, "alpha": base.alpha, "tau": base.tau}
     finetune |= {k: v for k, v in (("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
                                    ("distill", distill and distill.value)) if v is not None}
-    parse_split(split)
     hetdpt = {k: v for k, v in (("probe_epochs", probe_epochs), ("search_epochs", search_epochs),
                                 ("batch_size", batch_size)) if v is not None}
     steps = hetdpt_plus_steps(budget=budget, target_macs=macs * 1e9, split=split, preset=name,

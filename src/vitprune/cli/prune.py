@@ -28,6 +28,11 @@ PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained", help="Start 
 SPEED_BATCH_OPT = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement.")
 
 
+def hetdpt_preset_for(preset: str | None, data: str) -> str:
+    """HetDPT's preset: the one asked for, else ``digits`` for the digits data and ``imagenet`` for any other."""
+    return preset or ("digits" if data == "digits" else "imagenet")
+
+
 def parse_indices(text: str, what: str) -> list[int]:
     """``"0,3,7"`` -> ``[0, 3, 7]``; an empty string is no index."""
     try:
@@ -218,7 +223,7 @@ def hetdpt(
     from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
 
     chosen_split = parse_split(split)
-    config = configure(preset or ("digits" if data == "digits" else "imagenet"), epochs=epochs,
+    config = configure(hetdpt_preset_for(preset, data), epochs=epochs,
                        search_epochs=search_epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size,
                        distill=distill.value if distill is not None else None, identity=identity.value,
                        output_gelu=output_gelu, shortlist=shortlist,

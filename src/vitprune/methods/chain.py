@@ -71,17 +71,21 @@ def parse_chain(document: Any) -> list[Step]:
     for number, item in enumerate(items, 1):
         if not isinstance(item, dict) or item.get("method") not in METHODS:
             raise VitpruneError(f"step {number}: each step needs a method, one of: {', '.join(METHODS)}")
-        step = Step(item["method"], {k: v for k, v in item.items() if k != "method"})
-        _configure(number, step, "imagenet")
-        steps.append(step)
+        steps.append(Step(item["method"], {k: v for k, v in item.items() if k != "method"}))
+    check_chain(steps)
     return steps
 
 
-def _configure(number: int, step: Step, preset: str) -> Any:
-    try:
-        return _METHODS[step.method].configure(step.settings, preset)
-    except VitpruneError as exc:
-        raise VitpruneError(f"step {number}: {exc}") from None
+def check_chain(steps: list[Step], preset: str = "imagenet") -> list[Any]:
+    """Every step's settings read by its method (``preset``: HetDPT's default preset), before anything runs; a
+    setting a method rejects is one line naming the step."""
+    configs = []
+    for number, step in enumerate(steps, 1):
+        try:
+            configs.append(_METHODS[step.method].configure(step.settings, preset))
+        except VitpruneError as exc:
+            raise VitpruneError(f"step {number}: {exc}") from None
+    return configs
 
 
 def load_chain(path: str | Path) -> list[Step]:
@@ -142,7 +146,7 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     ``preset`` is HetDPT's default preset. A step that cannot apply to what earlier steps left
     (e.g. width pruning after token pruning) stops the chain with one line naming the step.
     """
-    configs = [_configure(number, step, preset) for number, step in enumerate(steps, 1)]
+    configs = check_chain(steps, preset)
     run_dir = prepare_run_dir(run_dir, resume)
     chain = [step.to_dict() for step in steps]
     if resume:
