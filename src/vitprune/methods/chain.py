@@ -294,6 +294,14 @@ def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.
     return pruned, {"ratio": ratio, "plan": plan.to_dict()}
 
 
+def _calibrated(run: Callable[..., dict[str, Any]], model: nn.Module, config: Any, ctx: _Context,
+                keys: tuple[str, ...]) -> tuple[nn.Module, dict]:
+    """A pipeline that takes calibration images (VBP, STAR) run as a step: its saved model and its report's ``keys``."""
+    report = run(model, ctx.train_set, ctx.val_set, config=replace(config, speed_batch=ctx.speed_batch),
+                 calibration_set=ctx.calibration_set, **ctx.pipeline_options())
+    return _saved(report, ctx), {k: report[k] for k in keys}
+
+
 def _vbp_config(settings: dict[str, Any], preset: str) -> Any:
     from vitprune.methods.vbp.pipeline import VBPConfig
 
@@ -305,9 +313,7 @@ def _vbp_config(settings: dict[str, Any], preset: str) -> Any:
 def _vbp(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
     from vitprune.methods.vbp.pipeline import run_vbp
 
-    report = run_vbp(model, ctx.train_set, ctx.val_set, config=replace(config, speed_batch=ctx.speed_batch),
-                     calibration_set=ctx.calibration_set, **ctx.pipeline_options())
-    return _saved(report, ctx), {"removed": report["removed"], "widths": report["widths"]}
+    return _calibrated(run_vbp, model, config, ctx, ("removed", "widths"))
 
 
 def _star_config(settings: dict[str, Any], preset: str) -> Any:
@@ -323,9 +329,7 @@ def _star_config(settings: dict[str, Any], preset: str) -> Any:
 def _star(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
     from vitprune.methods.star.pipeline import run_star
 
-    report = run_star(model, ctx.train_set, ctx.val_set, config=replace(config, speed_batch=ctx.speed_batch),
-                      calibration_set=ctx.calibration_set, **ctx.pipeline_options())
-    return _saved(report, ctx), {"rho": report["rho"], "keep_rates": report["keep_rates"]}
+    return _calibrated(run_star, model, config, ctx, ("rho", "keep_rates"))
 
 
 def _hiap_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, Any]:
