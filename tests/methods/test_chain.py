@@ -122,6 +122,23 @@ def test_hetdpt_plus_prunes_depth_then_width_to_the_target_then_fine_tunes_once(
     assert report["consistency"]["ok"]
 
 
+def test_hetdpt_step_reuses_an_earlier_predictor(setting, tmp_path):
+    """A chain's HetDPT step can take the MAP an earlier run fitted: the split is the one that fit predicts and no
+    predictor data is collected again."""
+    from vitprune.methods.hetdpt.predictor import fit_predictor, save_predictor
+
+    # Accuracy falls with the activations removed (1 - t) and not with the attention (1 - a): prune attention only.
+    points = [(a, t, 0.9 - 0.5 * (1 - t)) for a in (0.5, 0.75, 1.0) for t in (0.5, 0.75, 1.0)]
+    predictor = save_predictor(fit_predictor(points, degrees=(1,)), tmp_path / "predictor.json")
+    steps = parse_chain([{"method": "hetdpt", "budget": 2, "predictor": str(predictor), "preset": "digits",
+                          "search_epochs": 1, "batch_size": 32}])
+    report = _run(setting, steps, tmp_path / "run")
+    hetdpt = report["steps"][1]["summary"]
+    assert hetdpt["split"] == {"attention": 2, "activation": 0, "chosen_by": "predictor"}
+    assert len(hetdpt["attention"]) == 2 and hetdpt["activation"] == []
+    assert not (tmp_path / "run" / STEPS_DIR / "01-hetdpt" / "predictor_points.json").exists()
+
+
 def test_depth_then_star_with_its_lrp_prior(setting, tmp_path):
     """The HetDPT paper's orthogonality claim as a chain: STAR's full pipeline (ACS schedule, LRP prior) runs on the
     depth-pruned model; the block whose attention is gone keeps every token."""

@@ -353,10 +353,10 @@ def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> 
 
 
 #: HetDPT settings beyond HetDPTConfig's scalar fields: the layer budget and the preset's stage lengths.
-_HETDPT_OWN = {"budget", "split", "preset", "probe_epochs", "search_epochs", "batch_size"}
+_HETDPT_OWN = {"budget", "split", "preset", "probe_epochs", "search_epochs", "batch_size", "predictor"}
 
 
-def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[int, int] | None, Any]:
+def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[int, int] | None, Any, str | None]:
     from vitprune.methods.hetdpt.pipeline import HetDPTConfig, configure, parse_split
 
     own, overrides = _split(settings, _HETDPT_OWN)
@@ -369,15 +369,16 @@ def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[in
                        **{"speed_pairs": _STEP_SPEED_PAIRS, **overrides})
     config.finetune = None
     config.validate()
-    return own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))), config
+    return (own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))), config,
+            own.get("predictor"))
 
 
-def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any],
+def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any, str | None],
             ctx: _Context) -> tuple[nn.Module, dict]:
     from vitprune.methods.hetdpt.pipeline import run_hetdpt
 
-    budget, split, config = configs
-    report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split,
+    budget, split, config, predictor = configs
+    report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split, predictor=predictor,
                         config=replace(config, speed_batch=ctx.speed_batch), **ctx.pipeline_options())
     return _saved(report, ctx), {k: report[k] for k in ("attention", "activation", "split")}
 
@@ -414,8 +415,8 @@ class _Method(NamedTuple):
 _METHODS: dict[str, _Method] = {
     "depth": _Method("attention, activation (block indices), identity, fold_norm, output_gelu",
                      _depth_config, _depth),
-    "hetdpt": _Method("budget, split ([A, G] or 'auto'), preset, probe_epochs, search_epochs, batch_size and "
-                      "HetDPTConfig's other fields", _hetdpt_config, _hetdpt),
+    "hetdpt": _Method("budget, split ([A, G] or 'auto'), predictor (an earlier run's predictor.json), preset, "
+                      "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields", _hetdpt_config, _hetdpt),
     "width": _Method("ratio or target_macs (with convention), importance, heads, embed, isomorphic, round_to, "
                      "batches",
                      _width_config, _width),
