@@ -23,7 +23,7 @@ Starting checkpoint: vitprune's trained ``digits-vit`` (cached; trained on first
 measured speedup), HetDPT's MAP surface with its budget line ``digits_map.png``, HiAP's per-layer
 architecture ``digits_hiap_architecture.png`` and STAR's per-layer token counts ``digits_star_tokens.png``.
 
-    python benchmarks/digits.py                         # about 8 minutes on 2 CPU cores
+    python benchmarks/digits.py                         # about 5 minutes on 2 CPU cores
     python benchmarks/digits.py --variants "VBP 30%" "VBP 60%" --epochs 1
 """
 

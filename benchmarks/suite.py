@@ -1,6 +1,6 @@
 """Every benchmark in one command: regenerate all results files, plots and the generated results page.
 
-By default (``--protocol quick``) each script runs with settings that fit the whole suite in about half an
+By default (``--protocol quick``) each script runs with settings that fit the whole suite in under half an
 hour on a 2-core CPU: fewer timed pairs and processes, fewer budgets, one seed, short fine-tuning. Each
 script's own defaults (``--protocol paper``: more pairs, processes, budgets and seeds) take hours. The
 digits model is trained from scratch first (a fresh ``VITPRUNE_CACHE``) unless ``--reuse-cache``.
