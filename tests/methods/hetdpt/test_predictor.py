@@ -11,6 +11,7 @@ from vitprune import VitpruneError
 from vitprune.methods.hetdpt import (
     PredictorFit, fit_predictor, load_predictor, plot_predictor, save_predictor, search_split,
 )
+from vitprune.methods.hetdpt.plots import _accuracy_levels
 
 #: The 16 (a, t, top-1 %) points of the paper's reference code (App. C.6), DeiT-B with L = 12.
 #: They, and not the 22-point Table 10, give the paper's fitted MAP (Eq. 8).
@@ -208,3 +209,11 @@ def test_plot_is_written_atomically(deit_b, tmp_path):
     assert all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in out.iterdir())
     with pytest.raises(VitpruneError, match="needs num_layers"):
         plot_predictor(deit_b, out / "bad.png", split=split)
+
+
+def test_plot_colours_span_the_measured_accuracies():
+    # The digits MAP: measured 10-97.8%, while the degree-4 fit reaches -640% where nothing was measured.
+    levels = _accuracy_levels(np.array([97.78, 10.0, 95.3]))
+    assert levels[0] == 10.0 and levels[-1] == 100.0 and len(levels) == 21
+    assert list(_accuracy_levels(np.array([81.2, 83.9]), steps=2)) == [80.0, 82.5, 85.0]
+    assert list(_accuracy_levels(np.array([40.0, 40.0]), steps=1)) == [40.0, 45.0]  # one value: a band of 5

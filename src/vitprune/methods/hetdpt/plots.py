@@ -68,6 +68,17 @@ def plot_recovery(result: dict[str, Any], path: str | os.PathLike) -> Path:
     return save_figure(fig, path)
 
 
+def _accuracy_levels(measured: np.ndarray, steps: int = 20) -> np.ndarray:
+    """Contour levels spanning the measured accuracies (rounded out to 5 points, within 0-100).
+
+    A polynomial fit runs far outside 0-100 where nothing was measured (the digits MAP reached -640%);
+    levels over its whole range would leave the region the budget line crosses a single colour.
+    """
+    low = max(0.0, 5 * np.floor(np.min(measured) / 5))
+    high = min(100.0, max(low + 5, 5 * np.ceil(np.max(measured) / 5)))
+    return np.linspace(low, high, steps + 1)
+
+
 def plot_predictor(fit: PredictorFit, path: str | os.PathLike, *, budget: int | None = None,
                    num_layers: int | None = None, split: Split | None = None) -> Path:
     """Filled contours of the MAP's predicted accuracy over pruned attention × pruned activation, with its data.
@@ -87,10 +98,10 @@ def plot_predictor(fit: PredictorFit, path: str | os.PathLike, *, budget: int | 
     ax = fig.subplots()
     grid = np.linspace(0, scale, 121)
     pruned_attn, pruned_act = np.meshgrid(grid, grid)
-    surface = ax.contourf(pruned_attn, pruned_act, fit.predict(1 - pruned_attn / scale, 1 - pruned_act / scale),
-                          levels=20, cmap="viridis")
-    fig.colorbar(surface, ax=ax, label="predicted accuracy (%)")
     points = np.asarray(fit.points)
+    surface = ax.contourf(pruned_attn, pruned_act, fit.predict(1 - pruned_attn / scale, 1 - pruned_act / scale),
+                          levels=_accuracy_levels(points[:, 2]), cmap="viridis", extend="both")
+    fig.colorbar(surface, ax=ax, label="predicted accuracy (%)")
     ax.scatter((1 - points[:, 0]) * scale, (1 - points[:, 1]) * scale, c=points[:, 2], cmap=surface.cmap,
                norm=surface.norm, edgecolors="black", zorder=3, clip_on=False, label="measured")
     if budget is not None:
