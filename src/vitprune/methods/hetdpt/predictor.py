@@ -54,7 +54,9 @@ class PredictorFit:
     def predict(self, a: float | np.ndarray, t: float | np.ndarray) -> float | np.ndarray:
         """Predicted accuracy at retained ratios ``(a, t)``; arrays broadcast, scalars give a float."""
         a, t = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(t, dtype=float))
-        value = (_design(a.ravel(), t.ravel(), self.terms) @ np.asarray(self.coef)).reshape(a.shape)
+        # A row-wise sum, not a matrix product: BLAS may add a row's terms in another order depending on how many
+        # rows there are, and a point must predict the same whether asked alone or in a grid.
+        value = (_design(a.ravel(), t.ravel(), self.terms) * np.asarray(self.coef)).sum(axis=1).reshape(a.shape)
         return float(value) if value.ndim == 0 else value
 
     def coefficient(self, i: int, j: int) -> float:
