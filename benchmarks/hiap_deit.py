@@ -34,8 +34,13 @@ from vitprune.methods.hiap import HiAPGates, extract, layer_shapes
 PAPER = {"dense_gmacs": 4.6, "hiap_gmacs": 3.1}
 
 
-def described_gates(model: torch.nn.Module, heads: int = 3, dims: int = 32, early: int = 1400,
-                    late: int = 1200) -> HiAPGates:
+#: HiAP §5.3's learned DeiT-S architecture as notes/hiap.md §3.5 reads it: heads kept in every block, value dims
+#: per kept head, FFN neurons in the first and in the second half of the blocks (the last block's FFN closed).
+DESCRIBED = {"heads": 3, "dims": 32, "early": 1400, "late": 1200}
+
+
+def described_gates(model: torch.nn.Module, heads: int = DESCRIBED["heads"], dims: int = DESCRIBED["dims"],
+                    early: int = DESCRIBED["early"], late: int = DESCRIBED["late"]) -> HiAPGates:
     """Gates that keep the first ``heads`` heads with their first ``dims`` value dims, ``early`` neurons in the
     first half of the blocks and ``late`` after, and close the last block's FFN."""
     shapes = layer_shapes(model)

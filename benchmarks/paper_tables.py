@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import json
 import math
 import time
 from pathlib import Path
@@ -36,12 +35,14 @@ from hetdpt_plus_budgets import PAPER as PLUS_PAPER
 from hiap_deit import PAPER as HIAP_PAPER
 from hiap_deit import described_gates
 from profile_deit import write_results
+from star_deit import ACS_GAMMA, fitted_acs
 from star_deit import DENSE as STAR_DENSE
 from star_deit import TABLE2 as STAR_TABLE2
 from torch import nn
 from vbp_deit import ROWS as VBP_ROWS
 
 import vitprune
+from vitprune.atomic import read_json
 from vitprune.measure import CONVENTIONS, count_macs
 from vitprune.methods.hiap import dense_cost, extract, gate_cost, layer_shapes
 from vitprune.methods.star import apply_keep_rates, keep_rates
@@ -87,8 +88,6 @@ _VBP_T11 = {
     _T: [("4.65", "1.05"), ("4.30", "0.98"), ("3.94", "0.91"), ("3.59", "0.84"), ("3.23", "0.77")],
 }
 
-#: STAR: exponent of the note's fitted ACS profile per model (notes/star.md §1.10).
-_STAR_GAMMA = {"DeiT-B": 0.6, "DeiT-S": 0.56, "DeiT-T": 0.42}
 #: STAR's static-ACS rows: (model, rho, GFLOPs as printed, where printed).
 _STAR_ACS = [
     ("DeiT-B", 0.9, "14.0", "Table 4"),
@@ -269,7 +268,7 @@ def _star_acs(name: str, gamma: float, rho: float) -> dict[str, int]:
     """STAR's static schedule at ``rho`` for the ACS profile ``(l / (L-1))^gamma``."""
     model = _fresh(name)
     blocks = len(vitprune.get_adapter(model).blocks())
-    apply_keep_rates(model, keep_rates([(i / (blocks - 1)) ** gamma for i in range(blocks)], rho), alpha=1.0)
+    apply_keep_rates(model, keep_rates(fitted_acs(blocks, gamma), rho), alpha=1.0)
     return _totals(model)
 
 
@@ -336,7 +335,7 @@ def _not_reproduced(paper: str) -> list[dict[str, Any]]:
 def _hetdpt_plus_rows(out_dir: Path) -> list[dict[str, Any]]:
     """Table 2's HetDPT+ rows from ``hetdpt_plus_budgets.json``, or rows that say to run that script first."""
     path = out_dir / "hetdpt_plus_budgets.json"
-    report = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    report = read_json(path) if path.is_file() else None
     problem = ("run hetdpt_plus_budgets.py first (its torch-pruning bisection takes ~2 min): this script reads its "
                "hetdpt_plus_budgets.json from the same --out-dir.")
     if report is not None and (report.get("model") != PLUS_MODEL or report.get("depth") != PLUS_DEPTH):
@@ -516,16 +515,16 @@ def _star_section() -> dict[str, Any]:
     names = {label: name for label, (name, _) in STAR_DENSE.items()}
     acs = []
     for label, rho, printed, where in _STAR_ACS:
-        row = _row(f"{label} rho {rho} ({where})", None, printed, _star_acs(names[label], _STAR_GAMMA[label], rho),
+        row = _row(f"{label} rho {rho} ({where})", None, printed, _star_acs(names[label], ACS_GAMMA[label], rho),
                    "full")
         delta = _difference(row, 1e9)
         if not delta["within_rounding"]:
-            row["note"] = (f"{delta['delta']['macs']:+.2f} G: the fitted profile (gamma {_STAR_GAMMA[label]}) is "
+            row["note"] = (f"{delta['delta']['macs']:+.2f} G: the fitted profile (gamma {ACS_GAMMA[label]}) is "
                            "only an approximation of the trained model's ACS.")
         acs.append(row)
     acs_intro = ("Not fully specified: the keep rates follow from the trained model's per-block ACS, which the paper "
                  "does not print. Ours use the note's fit (ACS_l − ACS_1)/(ACS_L − ACS_1) = (l/(L−1))^gamma, gamma "
-                 f"{', '.join(f'{g} ({m})' for m, g in _STAR_GAMMA.items())}, fitted to Table 4's GFLOPs "
+                 f"{', '.join(f'{g} ({m})' for m, g in ACS_GAMMA.items())}, fitted to Table 4's GFLOPs "
                  "(notes/star.md §1.10): agreement is by construction, a difference is the fit's error, not a "
                  "counting one. Tokens are kept as ceil(p × patches), after attention.")
     intro = ("STAR prints MACs (torchprofile) under the label GFLOPs (notes/star.md §1.10); they follow the full "

@@ -13,12 +13,11 @@ with its title. With ``--readme`` it also rewrites the excerpt between the READM
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from vitprune.atomic import atomic_file
+from vitprune.atomic import atomic_file, read_json
 
 HERE = Path(__file__).resolve().parent
 PAGE = "README.md"
@@ -39,7 +38,7 @@ PLOTS = {
 
 def _load(results: Path, name: str) -> dict[str, Any] | None:
     path = results / name
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if path.exists() else None
 
 
 def _title(md: Path) -> str:
@@ -175,10 +174,12 @@ def page(results: Path) -> str:
         job = _job_of(stem, jobs)
         made = f"{job['name']} | {job['seconds']:.0f} s" if job else " | "
         lines.append(f"| {_title(md) if md.exists() else stem} | {files} | {made} |")
+    kinds = {".json": "JSON", ".png": "plot"}
     for job in jobs.values():  # the vitprune commands write into folders of their own
         if job.get("out"):
-            files = ", ".join(f"[{kind}]({job['out']}/{job['name']}.{ext})" for kind, ext in (("JSON", "json"),
-                              ("plot", "png")) if (results / job["out"] / f"{job['name']}.{ext}").exists())
+            files = ", ".join(f"[{kinds[Path(name).suffix]}]({name})" for name in job.get("files", ())
+                              if name.startswith(f"{job['out']}/") and Path(name).suffix in kinds
+                              and (results / name).exists())
             lines.append(f"| {job['command']} | {files} | {job['name']} | {job['seconds']:.0f} s |")
     if jobs:
         lines += ["", "## How each file was made", "", "| job | command | wall time | exit |", "|---|---|---:|---:|"]

@@ -41,8 +41,9 @@ from typing import Any
 
 import torch
 from depth_speed import CONFIGS
-from hiap_deit import described_gates
+from hiap_deit import DESCRIBED, described_gates
 from profile_deit import DTYPES, MODELS, results_stem, write_results
+from star_deit import ACS_GAMMA, fitted_acs
 from torch import nn
 
 import vitprune
@@ -56,12 +57,11 @@ from vitprune.surgery import prune_depth, prune_mlp_neurons
 VARIANTS = ("depth", "width", "vbp", "star", "hiap", "hetdpt+")
 #: Model -> the ``depth_speed.CONFIGS`` layer sets it is depth-pruned with (DeiT-T has no paper configuration).
 DEPTH = {"DeiT-T": "DeiT-S, 8 layers", "DeiT-S": "DeiT-S, 8 layers", "DeiT-B": "DeiT-B, 10 layers"}
-#: STAR note §1.10: gamma of the normalised ACS profile ``(l/(L-1))^gamma`` fitted to the paper's GFLOPs.
-STAR_GAMMA = {"DeiT-T": 0.42, "DeiT-S": 0.56, "DeiT-B": 0.6}
 STAR_RHO = 0.7
-#: HiAP's DeiT-S description (``described_gates``' defaults) as fractions of DeiT-S's 6 heads of 64 dims and
-#: 1536 FFN neurons: kept heads, value dims per kept head, FFN neurons in the first and second half of the blocks.
-HIAP_FRACTIONS = {"heads": 3 / 6, "dims": 32 / 64, "early": 1400 / 1536, "late": 1200 / 1536}
+#: DeiT-S's units, which HiAP's description (``hiap_deit.DESCRIBED``) keeps a share of: 6 heads of 64 dims, 1536 FFN
+#: neurons in every block. The shares scale the description to DeiT-T/B.
+_DEIT_S_UNITS = {"heads": 6, "dims": 64, "early": 1536, "late": 1536}
+HIAP_FRACTIONS = {unit: DESCRIBED[unit] / _DEIT_S_UNITS[unit] for unit in DESCRIBED}
 VBP_RATIO = 0.5
 ROUND_TO = 8
 MARKERS = {"DeiT-T": "o", "DeiT-S": "s", "DeiT-B": "^"}
@@ -150,9 +150,8 @@ def _vbp(start: _Start) -> tuple[nn.Module, str, dict[str, Any]]:
 def _star(start: _Start) -> tuple[nn.Module, str, dict[str, Any]]:
     model = copy.deepcopy(start.dense)
     blocks = len(vitprune.get_adapter(model).blocks())
-    gamma = STAR_GAMMA[start.label]
-    # Random weights give a meaningless ACS; the note's profile stands in for the paper's measured one.
-    acs = [(i / (blocks - 1)) ** gamma for i in range(blocks)]
+    gamma = ACS_GAMMA[start.label]
+    acs = fitted_acs(blocks, gamma)
     rates = keep_rates(acs, STAR_RHO)
     apply_keep_rates(model, rates, alpha=1.0)
     text = (f"static STAR, rho {STAR_RHO}, alpha 1 ([CLS] attention); keep rates from the ACS profile "
@@ -172,7 +171,7 @@ def _hiap(start: _Start) -> tuple[nn.Module, str, dict[str, Any]]:
     half = blocks // 2
     source = ("HiAP's described DeiT-S architecture" if start.label == "DeiT-S" else
               "HiAP's DeiT-S description scaled (half the heads, rounded up; half the value dims; FFN fractions "
-              "1400/1536 and 1200/1536)")
+              f"{DESCRIBED['early']}/{_DEIT_S_UNITS['early']} and {DESCRIBED['late']}/{_DEIT_S_UNITS['late']})")
     text = (f"{source}: {kept['heads']} of {shape.heads} heads x {kept['dims']} of {shape.head_dim} value dims; "
             f"FFN {kept['early']} of {shape.hidden} (blocks 0-{half - 1}), {kept['late']} ({half}-{blocks - 2}), "
             f"closed ({blocks - 1})")

@@ -104,3 +104,18 @@ def test_commands_are_shown_as_a_user_would_type_them():
     script = str(suite.HERE / "digits.py")
     assert suite._shown([sys.executable, script, "--epochs", "1", "--out-dir", "/tmp/x"]) == (
         "python benchmarks/digits.py --epochs 1")
+
+
+def test_page_links_what_a_command_job_wrote_into_its_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for name in ("recovery.json", "recovery.png", "notes.txt"):
+        (tmp_path / "sub" / name).write_text("x")
+    suite_record = {"date": "today", "protocol": "quick", "cpu": "Test CPU", "cpu_count": 2, "platform": "test",
+                    "python": "3", "seconds": 60.0,
+                    "jobs": [{"name": "recovery", "command": "vitprune analyze recovery digits-vit", "out": "sub",
+                              "files": ["sub/gone.png", "sub/notes.txt", "sub/recovery.json", "sub/recovery.png"],
+                              "seconds": 60.0, "returncode": 0}]}
+    (tmp_path / suite.SUITE_FILE).write_text(json.dumps(suite_record))
+    page = report.page(tmp_path)
+    assert ("| vitprune analyze recovery digits-vit | [JSON](sub/recovery.json), [plot](sub/recovery.png) | recovery "
+            "| 60 s |") in page
