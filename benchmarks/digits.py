@@ -96,7 +96,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     size = vitprune.get_adapter(dense).input_size
     train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
     calibration = build_dataset("digits", "train", input_size=size, is_training=False)
-    dense_macs = count_macs(dense).macs
+    dense_figures = count_macs(dense).totals()
+    dense_macs = dense_figures["macs_full"]
     finetune = {"method": "finetune", "epochs": args.epochs, "lr": args.lr, "batch_size": 64, "distill": "soft"}
     fitted: list[Path] = []
 
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
               f"{rows[-1]['macs_full'] / 1e6:.2f} M MACs, speedup {rows[-1]['speed']['speedup']:.3f} "
               f"({seconds:.0f} s)", file=sys.stderr, flush=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "starting_checkpoint": CHECKPOINT,
-            "dense": {"top1": rows[0]["top1"]["dense"] if rows else None, **count_macs(dense).totals()},
+            "dense": {"top1": rows[0]["top1"]["dense"] if rows else None, **dense_figures},
             "finetune": finetune, "conventions": CONVENTIONS, "speed_batch": args.speed_batch,
             "speed_pairs": args.speed_pairs, "rows": rows}
 
