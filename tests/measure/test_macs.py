@@ -12,13 +12,11 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import count_macs, flop_counter_macs
 
-# timm runs attention through F.scaled_dot_product_attention, which on CPU dispatches to this op.
-# Torch's FlopCounterMode has a formula for it (4 * B * H * N^2 * d FLOPs, i.e. QK^T and A.V), so the
-# fused path is cross-checked as the model normally runs. Where the installed torch lacks that formula
-# it would silently count zero, so the fused check is skipped there; the unfused path (plain matmuls,
-# counted by the bmm formula every torch version has) is checked everywhere.
+# timm runs attention through F.scaled_dot_product_attention, which on CPU dispatches to this fused op.
+# FlopCounterMode counts it only where the installed torch has a formula for it (2.15 has, 2.14 has not);
+# the reference below counts on the math backend, which every version counts.
 _SDPA_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 SDPA_COUNTED = _SDPA_CPU is not None and _SDPA_CPU in flop_registry
 
@@ -26,10 +24,8 @@ D, N, HEAD_DIM = 384, 197, 64  # DeiT-S
 
 
 def counted_flops(model: nn.Module, input_size: tuple[int, int, int]) -> int:
-    """FLOPs that FlopCounterMode counts in one forward of one image."""
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(torch.randn(1, *input_size))
-    return counter.get_total_flops()
+    """FLOPs of one forward of one image by the reference (FlopCounterMode, attention on the math backend)."""
+    return 2 * flop_counter_macs(model, torch.randn(1, *input_size))
 
 
 def set_fused_attention(model: nn.Module, fused: bool) -> None:
@@ -52,9 +48,25 @@ HEAD = D * 1000
 def test_full_macs_equal_flop_counter(model_spec):
     model = build(*model_spec)
     report = count_macs(model, convention="full")
-    for fused in (True, False) if SDPA_COUNTED else (False,):
+    for fused in (True, False):
         set_fused_attention(model, fused)
         assert 2 * report.macs == counted_flops(model, report.input_size), f"fused={fused}"
+
+
+@pytest.mark.skipif(not SDPA_COUNTED, reason="this torch's FlopCounterMode has no formula for fused CPU attention")
+def test_reference_equals_flop_counter_on_the_fused_kernel():
+    """Where FlopCounterMode can count the fused kernel, it agrees with the math-backend reference."""
+    model = build("deit_tiny_patch16_224", {"depth": 2})
+    x = torch.randn(1, 3, 224, 224)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    assert counter.get_total_flops() // 2 == flop_counter_macs(model, x) == count_macs(model).macs
+
+
+def test_reference_counts_the_attention_whatever_the_torch_version():
+    """DeiT-S: the reference sees QK^T and A.V (torch 2.14's FlopCounterMode alone counts the linear layers)."""
+    model = build("deit_small_patch16_224", {})
+    assert flop_counter_macs(model, torch.randn(1, 3, 224, 224)) == 4_598_882_304
 
 
 def test_deit_small_matches_hand_formula():

@@ -7,10 +7,9 @@ import copy
 import pytest
 import torch
 from conftest import build
-from torch.utils.flop_counter import FlopCounterMode
 
 import vitprune
-from vitprune.measure import count_macs, value_padding_macs
+from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs
 from vitprune.surgery import (prune_attention_dims, prune_depth, prune_embed_dims, prune_heads, prune_mlp_neurons,
                               prune_tokens)
 
@@ -25,9 +24,7 @@ def _input(model):
 
 
 def _flop_macs(model) -> int:
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model.eval()(torch.randn(1, *vitprune.get_adapter(model).input_size))
-    return counter.get_total_flops() // 2
+    return flop_counter_macs(model.eval(), torch.randn(1, *vitprune.get_adapter(model).input_size))
 
 
 def test_keeping_every_channel_changes_nothing(small_model_spec):

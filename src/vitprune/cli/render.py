@@ -193,7 +193,7 @@ def render_chain(model: str, report: dict) -> None:
             else f"ONNX skipped: {check['onnx_skipped']}")
     verdict = "[green]consistent[/]" if check["ok"] else "[bold red]INCONSISTENT[/]"
     console.print(f"{verdict}: MACs {check['macs_counted']:,} + value padding {check['macs_padding']:,} vs "
-                  f"FlopCounterMode {check['macs_flop_counter']:,}; save/load max diff "
+                  f"{check['flop_counter_reference']} {check['macs_flop_counter']:,}; save/load max diff "
                   f"{check['round_trip_max_diff']:.1e}; recipe rebuilds the architecture: "
                   f"{'yes' if check['architecture_rebuilt'] else 'no'}; {onnx}")
     methods = " → ".join(record["method"] for record in report["steps"][1:])

@@ -1,12 +1,13 @@
 """Measurement: MACs and parameters of the model as it is, and honest wall-clock speed."""
 
 from vitprune.measure.context import Context, OtherLoad, collect_context, device_name, watch_other_load
-from vitprune.measure.macs import (CONVENTIONS, BlockMacs, MacReport, count_macs, format_count, resolve_input_size,
-                                   value_padding_macs)
+from vitprune.measure.macs import (CONVENTIONS, FLOP_COUNTER_REFERENCE, BlockMacs, MacReport, count_macs,
+                                   flop_counter_macs, format_count, resolve_input_size, value_padding_macs)
 from vitprune.measure.speed import Comparison, SpeedResult, Spread, compare_speed, measure_speed
 
 __all__ = [
     "CONVENTIONS",
+    "FLOP_COUNTER_REFERENCE",
     "BlockMacs",
     "Comparison",
     "Context",
@@ -18,6 +19,7 @@ __all__ = [
     "compare_speed",
     "count_macs",
     "device_name",
+    "flop_counter_macs",
     "format_count",
     "measure_speed",
     "resolve_input_size",

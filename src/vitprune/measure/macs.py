@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 from vitprune.adapters import BlockView, get_adapter
 from vitprune.errors import VitpruneError
@@ -23,6 +25,9 @@ CONVENTIONS: dict[str, str] = {
     "full": "linear/conv layers + attention matmuls",
     "linear": "linear/conv layers only, no attention matmuls",
 }
+
+#: The independent count :func:`flop_counter_macs` makes, as reports name it.
+FLOP_COUNTER_REFERENCE = "torch FlopCounterMode, attention on the math backend"
 
 _CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -261,3 +266,16 @@ def value_padding_macs(model: nn.Module, *, image: torch.Tensor | None = None) -
     tokens = {b.index: b.tokens for b in count_macs(model, image=image).blocks}
     return sum(tokens[v.index] ** 2 * (v.attn.num_heads * v.attn.head_dim - v.attn.attn_dim)
                for v in get_adapter(model).blocks() if v.attn is not None and v.attn.value_dims is not None)
+
+
+def flop_counter_macs(model: nn.Module, x: torch.Tensor) -> int:
+    """MACs (FLOPs / 2) that ``torch.utils.flop_counter.FlopCounterMode`` counts in one forward of ``x``.
+
+    Attention runs on the math backend while counting: FlopCounterMode only counts a fused attention
+    kernel its torch version has a formula for, and counts nothing for one it lacks (torch 2.14 has
+    none for the CPU flash kernel), while the math backend computes the same attention as plain
+    matrix products that every version counts. The result is independent of :func:`count_macs`.
+    """
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    return counter.get_total_flops() // 2
