@@ -14,31 +14,62 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import pytest  # noqa: E402
 import timm  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
-#: (test id, timm name, constructor kwargs). Covers one/two/zero prefix tokens, LayerScale, GAP, three widths.
+# No example database: a test never depends on what an earlier run left behind. CI draws the same examples each
+# run; a developer's runs draw new ones.
+settings.register_profile("vitprune", database=None, deadline=None, derandomize=bool(os.environ.get("CI")),
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("vitprune")
+
+#: (test id, timm name, constructor kwargs, fast). Covers one/two/zero prefix tokens, LayerScale, GAP, four widths.
+#: The fast lane runs the fast rows; the others (224 px at widths 384-768) run only in the full suite.
 SUPPORTED_MODELS = [
-    ("deit_tiny", "deit_tiny_patch16_224", {}),
-    ("deit_small", "deit_small_patch16_224", {}),
-    ("deit_base", "deit_base_patch16_224", {}),
-    ("deit_small_distilled", "deit_small_distilled_patch16_224", {}),
-    ("dinov2_small_ls", "vit_small_patch14_dinov2", {"img_size": 56}),
-    ("vit_base_gap", "vit_base_patch16_gap_224", {"img_size": 112}),
+    ("deit_tiny", "deit_tiny_patch16_224", {}, True),
+    ("deit_tiny_distilled", "deit_tiny_distilled_patch16_224", {}, True),
+    ("dinov2_small_ls", "vit_small_patch14_dinov2", {"img_size": 56}, True),
+    ("deit_small", "deit_small_patch16_224", {}, False),
+    ("deit_base", "deit_base_patch16_224", {}, False),
+    ("deit_small_distilled", "deit_small_distilled_patch16_224", {}, False),
+    ("vit_base_gap", "vit_base_patch16_gap_224", {"img_size": 112}, False),
 ]
 
-#: A cheap subset for tests that build many models.
-SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[0] in ("deit_tiny", "deit_small_distilled", "dinov2_small_ls")]
+#: The fast rows, for tests that build many models: one, two and zero-plus-registers prefix tokens, LayerScale.
+SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[3]]
 
 
 def _params(models):
-    return [pytest.param(name, kwargs, id=mid) for mid, name, kwargs in models]
+    return [pytest.param((name, kwargs), id=mid, marks=() if fast else pytest.mark.slow)
+            for mid, name, kwargs, fast in models]
 
 
 def pytest_generate_tests(metafunc):
-    """Parametrise ``model_spec`` over every supported model and ``small_model_spec`` over the cheap subset."""
+    """Parametrise ``model_spec`` over every supported model (the large ones marked slow) and ``small_model_spec``
+    over the fast rows."""
     if "model_spec" in metafunc.fixturenames:
-        metafunc.parametrize("model_spec", [(n, k) for _, n, k in SUPPORTED_MODELS], ids=[m[0] for m in SUPPORTED_MODELS])
+        metafunc.parametrize("model_spec", _params(SUPPORTED_MODELS))
     if "small_model_spec" in metafunc.fixturenames:
-        metafunc.parametrize("small_model_spec", [(n, k) for _, n, k in SMALL_MODELS], ids=[m[0] for m in SMALL_MODELS])
+        metafunc.parametrize("small_model_spec", _params(SMALL_MODELS))
+
+
+#: An unmarked test that takes longer than this (setup, call and teardown together) belongs in the slow lane.
+SLOW_SECONDS = 10.0
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name every test not marked ``slow`` that took over :data:`SLOW_SECONDS`, so the fast lane cannot grow slow
+    unnoticed (a report, not a failure: timings vary by machine)."""
+    seconds: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport) and "slow" not in report.keywords:
+                seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
+    over = sorted(((t, nodeid) for nodeid, t in seconds.items() if t > SLOW_SECONDS), reverse=True)
+    terminalreporter.section(f"unmarked tests over {SLOW_SECONDS:g} s")
+    if not over:
+        terminalreporter.write_line(f"none: every test over {SLOW_SECONDS:g} s is marked slow")
+    for t, nodeid in over:
+        terminalreporter.write_line(f"{t:6.1f} s  {nodeid}  (mark it slow or make it faster)")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -50,11 +81,19 @@ def _isolated_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def trained_digits():
-    """The embedded default, trained once per session into the session cache (about a minute on 2 cores)."""
+def _trained_digits_session():
     from vitprune.models.zoo import trained_digits_vit
 
     return trained_digits_vit(progress=False)
+
+
+@pytest.fixture
+def trained_digits(request):
+    """The embedded default, trained once per session into the session cache (about a minute on 2 cores), for
+    tests marked ``slow`` only: the fast lane builds its models in the test."""
+    if request.node.get_closest_marker("slow") is None:
+        pytest.fail(f"{request.node.nodeid} uses the trained digits model (a minute of training): mark it slow")
+    return request.getfixturevalue("_trained_digits_session")
 
 
 def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:

@@ -57,6 +57,7 @@ def test_what_cannot_be_exported_leaves_no_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_onnxruntime_runs_under_the_paired_timing(tmp_path):
     model = digits_chain()
     export_onnx(model, tmp_path / "m.onnx")

@@ -18,6 +18,7 @@ from vitprune.errors import UnsupportedArchitectureError
 EXPECTED = {
     # name: (embed_dim, heads, mlp hidden, prefix tokens, grid, classifier heads, layer scale)
     "deit_tiny_patch16_224": (192, 3, 768, 1, (14, 14), 1, False),
+    "deit_tiny_distilled_patch16_224": (192, 3, 768, 2, (14, 14), 2, False),
     "deit_small_patch16_224": (384, 6, 1536, 1, (14, 14), 1, False),
     "deit_base_patch16_224": (768, 12, 3072, 1, (14, 14), 1, False),
     "deit_small_distilled_patch16_224": (384, 6, 1536, 2, (14, 14), 2, False),

@@ -70,6 +70,7 @@ def test_bad_layers_are_one_line(capsys, tmp_path, small_saved, layers, pattern)
 
 
 @pytest.mark.cli
+@pytest.mark.slow
 def test_console_script_bad_layers(tmp_path):
     """The installed entry point, in a real process: one line on stderr, exit 2, nothing on stdout."""
     exe = os.path.join(os.path.dirname(sys.executable), "vitprune")

@@ -17,6 +17,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 
+@pytest.mark.slow
 def test_export_command(capsys, tmp_path):
     vitprune.save(digits_chain(), tmp_path / "pruned")
     code, out, _ = run(capsys, "export", str(tmp_path / "pruned"), "--onnx", str(tmp_path / "p.onnx"), "--bench",

@@ -68,6 +68,7 @@ def test_prune_depth_user_errors(capsys, tmp_path, args, pattern):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_prune_depth_rejects_a_gated_mlp(capsys, tmp_path):
     """SwiGLU has no activation whose removal would let the MLP merge: one line naming the module."""
     code, _, err = run(capsys, "prune", "depth", "aimv2_large_patch14_224", "--no-pretrained", "--no-speed",
@@ -78,6 +79,7 @@ def test_prune_depth_rejects_a_gated_mlp(capsys, tmp_path):
 FAST_HETDPT = ["--epochs", "1", "--search-epochs", "1", "--probe-epochs", "1", "--batch-size", "64"]
 
 
+@pytest.mark.slow
 def test_prune_hetdpt_runs_and_reports(capsys, tmp_path, monkeypatch):
     from vitprune.cli.app import console
 
@@ -131,6 +133,7 @@ def test_prune_vbp_runs_and_reports(capsys, tmp_path, monkeypatch):
                                                                 "compensate": True, "removed": total // 2}
 
 
+@pytest.mark.slow
 def test_prune_vbp_baseline_with_fine_tuning_as_json(capsys, tmp_path):
     out = tmp_path / "run"
     code, stdout, _ = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio",
@@ -200,6 +203,7 @@ def test_prune_star_user_errors(capsys, tmp_path, args, pattern):
     assert_one_line_error(code, err, pattern)
 
 
+@pytest.mark.slow
 def test_prune_hiap_runs_shows_the_live_view_and_reports(capsys, tmp_path, monkeypatch):
     from vitprune.cli.app import console, err_console
 

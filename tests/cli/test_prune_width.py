@@ -15,6 +15,7 @@ from vitprune.measure import count_macs
 pytest.importorskip("torch_pruning")
 
 
+@pytest.mark.slow
 def test_width_to_a_mac_target_saves_the_pruned_model(capsys, tmp_path):
     out = tmp_path / "w"
     dense = count_macs(vitprune.create_model("digits-vit"), convention="linear").macs

@@ -43,6 +43,7 @@ def test_split_is_identical_across_calls():
     assert b_x.abs().sum() > 0
 
 
+@pytest.mark.slow
 def test_split_is_identical_across_processes():
     code = (
         "from vitprune.data import load_digits_split\n"

@@ -7,12 +7,15 @@ import json
 import pytest
 import torch
 from conftest import build
+from hypothesis import note
+from hypothesis import strategies as st
+from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import count_macs, flop_counter_macs
+from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs
 
 # timm runs attention through F.scaled_dot_product_attention, which on CPU dispatches to this fused op.
 # FlopCounterMode counts it only where the installed torch has a formula for it (2.15 has, 2.14 has not);
@@ -174,3 +177,18 @@ def test_counting_on_a_given_image():
     image = torch.randn(3, 224, 224)
     assert count_macs(model, image=image).macs == count_macs(model).macs  # a dense model's cost is the image's too
     assert count_macs(model, image=image).batch_size == 1
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_count_equals_flop_counter_on_random_models_and_edits(examples):
+    """For random small ViTs after random depth, width and token edits, the count (plus the value padding of uneven
+    heads) is exactly what FlopCounterMode sees."""
+    @property_test(examples, st.data())
+    def check(data):
+        model = data.draw(small_vits())
+        note(draw_edits(data.draw, model))
+        x = images(model, batch=1)
+        counted = count_macs(model, image=x[0]).macs + value_padding_macs(model, image=x[0])
+        assert counted == flop_counter_macs(model, x)
+
+    check()

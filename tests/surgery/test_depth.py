@@ -7,6 +7,8 @@ import copy
 import pytest
 import torch
 from conftest import build
+from hypothesis import strategies as st
+from strategies import EXAMPLES, property_test, small_vits
 from timm.layers import SwiGLU
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
@@ -84,6 +86,7 @@ def test_every_option_is_exact(small_model_spec, identity, output_gelu, fold_nor
                                 output_gelu=output_gelu, fold_norm=fold_norm)
 
 
+@pytest.mark.slow
 def test_digits_model_is_exact(trained_digits):
     model = copy.deepcopy(trained_digits)
     _assert_pruned_equals_gated(model, ATTENTION, ACTIVATION)
@@ -156,6 +159,7 @@ def test_structure_is_plain_modules():
     assert not names & {"Gate", "GatedLayer", "RemovedActivation"}
 
 
+@pytest.mark.slow
 def test_compile_and_onnx_export_handle_the_pruned_model(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")  # torch's exporter needs it
@@ -236,3 +240,21 @@ def test_gated_mlp_is_unsupported():
                               mlp_layer=SwiGLU)
     with pytest.raises(UnsupportedArchitectureError, match=r"blocks\.0\.mlp is SwiGLU"):
         remove_activation(vitprune.track(model, "custom"), 0)
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_removal_and_merge_equal_the_gated_model_for_any_layers(examples):
+    """Random small ViTs, random attention and activation layers, random options: the pruned model (GELU-free MLPs
+    merged into one Linear) equals the model whose gates mask the same layers."""
+    @property_test(examples, st.data())
+    def check(data):
+        model = data.draw(small_vits())
+        depth = len(vitprune.get_adapter(model).blocks())
+        layers = st.sets(st.integers(0, depth - 1))
+        attention, activation = sorted(data.draw(layers)), sorted(data.draw(layers))
+        options = {"identity": data.draw(st.sampled_from(["norm", "skip"])), "fold_norm": data.draw(st.booleans()),
+                   "output_gelu": data.draw(st.booleans())}
+        _assert_pruned_equals_gated(model, attention, activation, **options)
+        assert [v.index for v in vitprune.get_adapter(model).blocks() if v.mlp.merged] == activation
+
+    check()

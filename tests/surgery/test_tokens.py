@@ -7,6 +7,9 @@ import math
 import pytest
 import torch
 from conftest import build
+from hypothesis import note
+from hypothesis import strategies as st
+from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
 
 import vitprune
 from vitprune.adapters.timm_blocks import TokenPruneBlock, fused_log_scores
@@ -248,6 +251,7 @@ def test_adaptive_setting_saves_and_loads(tmp_path):
         assert torch.equal(loaded(x), out)
 
 
+@pytest.mark.slow
 def test_static_token_pruning_compiles_and_exports_to_onnx(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")  # torch's exporter needs it
@@ -281,3 +285,25 @@ def test_intra_score_keeps_the_patches_the_cls_token_attends_to_most():
         model.eval()(x)
     hook.remove()
     assert seen["pos"] == expected
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_keeping_every_token_changes_nothing_after_any_edits(examples):
+    """Random small ViTs after random depth and width edits: static token pruning at keep rate 1 in any blocks that
+    have a head, with any fusion weight, leaves the outputs as they were."""
+    @property_test(examples, st.data())
+    def check(data):
+        model = data.draw(small_vits(class_token=True))
+        note(draw_edits(data.draw, model, tokens=False))
+        x = images(model)
+        with torch.no_grad():
+            before = model(x)
+        headed = [v.index for v in vitprune.get_adapter(model).blocks() if v.attn is not None and v.attn.num_heads]
+        blocks = data.draw(st.sets(st.sampled_from(headed))) if headed else set()
+        for block in blocks:
+            prune_tokens(model, block, 1.0, alpha=data.draw(st.floats(0.0, 1.0)))
+        assert set(token_pruning_blocks(model)) == blocks
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-5)
+
+    check()

@@ -136,6 +136,7 @@ def test_a_star_batch_with_variable_heads_gives_each_image_its_own_output():
         torch.testing.assert_close(model.train()(x), batched, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_token_pruned_variable_heads_count_and_stay_consistent(tmp_path):
     """Static STAR below keep-all: ceil(rate · n) tokens leave each block; MACs = FlopCounterMode (with the value
     padding), save/load is exact, the recipe rebuilds the model, ONNX agrees."""

@@ -7,11 +7,13 @@ import copy
 import pytest
 import torch
 from conftest import build
+from hypothesis import strategies as st
+from strategies import EXAMPLES, images, property_test, small_vits
 
 import vitprune
 from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import VitpruneError
-from vitprune.surgery import (prune_attention_dims, prune_head_dims, prune_heads, prune_mlp_neurons, prune_tokens,
+from vitprune.surgery import (compensate_mean_shift, prune_attention_dims, prune_head_dims, prune_heads, prune_mlp_neurons, prune_tokens,
                               slice_linear)
 
 
@@ -147,3 +149,33 @@ def test_slice_linear_copies_selected_rows_and_columns():
     torch.testing.assert_close(sliced.weight, linear.weight[[0, 2]][:, [1, 3]], rtol=0, atol=0)
     torch.testing.assert_close(sliced.bias, linear.bias[[0, 2]], rtol=0, atol=0)
     assert sliced.weight.data_ptr() != linear.weight.data_ptr()
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_mean_shift_compensation_equals_replacing_the_removed_neurons_by_their_means(examples):
+    """Any block, any removed neurons, any means: compensate then prune equals the model whose removed neurons'
+    activations are replaced by those means."""
+    @property_test(examples, st.data())
+    def check(data):
+        model = data.draw(small_vits())
+        views = vitprune.get_adapter(model).blocks()
+        block = data.draw(st.integers(0, len(views) - 1))
+        hidden = views[block].mlp.hidden_features
+        removed = sorted(data.draw(st.sets(st.integers(0, hidden - 1), max_size=hidden)))
+        means = torch.tensor(data.draw(st.lists(st.floats(-3, 3), min_size=hidden, max_size=hidden)))
+        reference = copy.deepcopy(model)
+        gone = torch.tensor(removed, dtype=torch.long)
+
+        def replace(_module, args):
+            h = args[0].clone()
+            h[..., gone] = means[gone]
+            return (h,)
+
+        vitprune.get_adapter(reference).block(block).mlp.fc2.register_forward_pre_hook(replace)
+        compensate_mean_shift(model, block, removed, means)
+        prune_mlp_neurons(model, block, [i for i in range(hidden) if i not in removed])
+        x = images(model)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), reference(x), rtol=1e-5, atol=1e-5)
+
+    check()

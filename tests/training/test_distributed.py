@@ -185,6 +185,7 @@ def two_rank_run(tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_two_ranks_contexts(two_rank_run):
     reports = two_rank_run["reports"]
     assert [r["rank"] for r in reports] == [0, 1]
@@ -195,6 +196,7 @@ def test_two_ranks_contexts(two_rank_run):
         assert r["idempotent"]
 
 
+@pytest.mark.slow
 def test_two_ranks_reductions(two_rank_run):
     expected = two_rank_run["expected"]
     for r in two_rank_run["reports"]:
@@ -212,6 +214,7 @@ def test_two_ranks_reductions(two_rank_run):
     assert two_rank_run["reports"][0]["moments"] == two_rank_run["reports"][1]["moments"]
 
 
+@pytest.mark.slow
 def test_two_ranks_ddp_matches_one_process_on_the_global_batch(two_rank_run):
     expected = torch.tensor(two_rank_run["expected"]["params"])
     initial = torch.tensor(two_rank_run["expected"]["initial_params"])

@@ -154,6 +154,7 @@ def test_hard_distillation_trains_a_distilled_deit():
     assert all(p.grad is None for p in teacher.parameters())
 
 
+@pytest.mark.slow
 def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp_path):
     """DDP on 2 CPU processes (gloo) with global batch 32 ends where 1 process with batch 32 does."""
     from pathlib import Path

@@ -188,6 +188,7 @@ _WORKER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_entropy_is_reduced_across_ranks(tmp_path):
     script = tmp_path / "te_worker.py"
     script.write_text(_WORKER)

@@ -62,6 +62,7 @@ def test_full_pipeline_on_a_small_model(setting, tmp_path):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_fixed_split_and_resume_reuse_finished_stages(setting, tmp_path):
     model, train, val, config = setting
     first = run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config)
@@ -77,6 +78,7 @@ def test_fixed_split_and_resume_reuse_finished_stages(setting, tmp_path):
     assert all(torch.equal(weights[k], v) for k, v in reloaded.items())
 
 
+@pytest.mark.slow
 def test_a_saved_predictor_serves_another_budget(setting, tmp_path):
     model, train, val, config = setting
     run_hetdpt(model, train, val, budget=3, run_dir=tmp_path / "a", config=config)

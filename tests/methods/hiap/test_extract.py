@@ -7,6 +7,8 @@ import copy
 import pytest
 import torch
 from conftest import build
+from hypothesis import strategies as st
+from strategies import EXAMPLES, images, property_test, small_vits
 
 import vitprune
 from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs
@@ -79,3 +81,30 @@ def test_extracted_model_saves_and_loads(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
     assert "prune_attention_dims" in {e.op for e in vitprune.get_recipe(loaded).edits}
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_extraction_equals_the_gated_model_for_any_gates(examples):
+    """Random small ViTs and random gate logits (from nearly all closed to nearly all open): the extracted model
+    equals the gated one under the hardened gates, and its MACs plus value padding are what FlopCounterMode sees."""
+    @property_test(examples, st.data())
+    def check(data):
+        model = data.draw(small_vits())
+        gates = HiAPGates(layer_shapes(model))
+        gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+        with torch.no_grad():
+            for p in gates.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) + data.draw(st.floats(-1.5, 2.5)))
+        x = images(model)
+        gated = GatedForward(model)
+        gated.set(gates.hardened())
+        with torch.no_grad():
+            expected = model(x)
+        gated.remove()
+        extract(model, gates)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
+        assert count_macs(model, image=x[0]).macs + value_padding_macs(model, image=x[0]) == flop_counter_macs(
+            model, x[:1])
+
+    check()

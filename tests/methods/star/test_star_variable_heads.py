@@ -138,7 +138,8 @@ def test_acs_of_a_hiap_model_is_the_mean_pairwise_cosine():
     assert average_cosine_similarity(model, [(x, None)]) == pytest.approx(expected, rel=1e-9)
 
 
-@pytest.mark.parametrize("adaptive", [False, True], ids=["star", "a-star"])
+@pytest.mark.parametrize("adaptive", [pytest.param(False, id="star", marks=pytest.mark.slow),  # exports ONNX
+                                      pytest.param(True, id="a-star")])
 def test_hiap_then_star_skips_the_headless_block_and_stays_consistent(adaptive, tmp_path):
     model = _hiap_digits()
     x = _images(model, n=4)

@@ -191,6 +191,7 @@ _WORKER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_statistics_are_merged_across_ranks(tmp_path):
     script = tmp_path / "vbp_worker.py"
     script.write_text(_WORKER)

@@ -92,6 +92,7 @@ def test_resume_reuses_statistics_and_selection(setting, tmp_path, monkeypatch):
     assert again["top1"] == first["top1"] and again["widths"] == first["widths"]
 
 
+@pytest.mark.slow
 def test_fine_tuning_with_distillation_recovers_and_is_reported(setting, trained_digits, tmp_path):
     _, train, val, calibration, config = setting
     model = trained_digits
