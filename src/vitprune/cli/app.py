@@ -23,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
 )
 
 #: Human-readable output; machine-readable JSON goes to stdout through :func:`print_json`.
@@ -39,8 +40,6 @@ def print_json(data: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
-    from vitprune.cli import analyze, chain, commands, demo, export, finetune, prune  # noqa: F401  (registers the commands on ``app``)
-
     try:
         app(args=argv, standalone_mode=False)
     except VitpruneError as exc:
