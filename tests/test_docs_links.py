@@ -41,3 +41,17 @@ def test_markdown_files_are_found():
 @pytest.mark.parametrize("page", _markdown_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve(page):
     assert _dead_links(page) == []
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_contents_list_every_section():
+    text = re.sub(r"```.*?```", "", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S)
+    headings = re.findall(r"^(##|###) (.+)$", text, flags=re.M)
+    expected = [f"{'  ' * (len(level) - 2)}- [{title}](#{_anchor(title)})" for level, title in headings
+                if title != "Contents"]
+    contents = text.split("## Contents\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert contents == expected
