@@ -11,6 +11,7 @@ from rich.table import Table
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
 from vitprune.cli.commands import DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
+from vitprune.cli.render import percent
 from vitprune.errors import VitpruneError
 
 analyze_app = typer.Typer(
@@ -110,10 +111,10 @@ def recovery_cmd(
         return
     table = Table("layer", "block", "top-1 after removal", "after fine-tuning",
                   title=f"{model}: one layer removed, then {epochs} epoch(s) of fine-tuning "
-                        f"(dense top-1 {100 * result['dense_top1']:.2f}%)")
+                        f"(dense top-1 {percent(result['dense_top1'])})")
     for row in result["layers"]:
-        table.add_row(row["type"], str(row["block"]), f"{100 * row['top1_pruned']:.2f}%",
-                      f"{100 * row['top1_finetuned']:.2f}%")
+        table.add_row(row["type"], str(row["block"]), percent(row['top1_pruned']),
+                      percent(row['top1_finetuned']))
     console.print(table)
     console.print(f"wrote {paths[0]} and {paths[1]} (starting checkpoint: {model})")
 

@@ -10,6 +10,7 @@ import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import DATA_OPT, DATA_ROOT_OPT, DOWNLOAD_OPT, JSON_OPT
+from vitprune.cli.render import percent
 
 
 class Distill(str, Enum):
@@ -89,7 +90,7 @@ def finetune(
         print_json(summary)
         return
     for stats in history:
-        val = f", val top-1 {100 * stats['val_top1']:.2f}%" if "val_top1" in stats else ""
+        val = f", val top-1 {percent(stats['val_top1'])}" if "val_top1" in stats else ""
         console.print(f"epoch {stats['epoch']}: train loss {stats['loss']:.4f}{val} "
                       f"({stats['images_per_s']:.0f} img/s)")
     console.print(f"saved the fine-tuned model to {out / FINAL_DIR} (starting checkpoint: {model})")

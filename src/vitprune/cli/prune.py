@@ -16,7 +16,7 @@ from vitprune.cli.commands import (
     Convention,
 )
 from vitprune.cli.finetune import Distill
-from vitprune.cli.render import render_comparison
+from vitprune.cli.render import ratio, render_comparison
 from vitprune.errors import VitpruneError
 from vitprune.measure import Comparison, count_macs, format_count
 
@@ -178,11 +178,11 @@ def _render(summary: dict, comparison: Comparison | None, title: str) -> None:
     rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
             ("MACs, linear-only (no attention matmuls)", "macs_linear")]
     for label, key in rows:
-        table.add_row(label, format_count(before[key]), format_count(after[key]), f"{after[key] / before[key]:.3f}")
+        table.add_row(label, format_count(before[key]), format_count(after[key]), ratio(after[key], before[key]))
     console.print(table)
     if comparison is not None:
         render_comparison("pruned", summary["model"], comparison)
-        console.print(f"MAC ratio (full convention): {before['macs_full'] / after['macs_full']:.3f}×")
+        console.print(f"MAC ratio (full convention): {ratio(before['macs_full'], after['macs_full'])}×")
     console.print(f"saved to {summary['out']} (starting checkpoint: {summary['model']})")
 
 

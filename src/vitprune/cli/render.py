@@ -60,8 +60,8 @@ def render_eval(model: str, data: str, split: str, metrics: dict) -> None:
     """Accuracy and loss on one split."""
     table = Table("model", "data", "images", "top-1", "top-5", "loss")
     top5 = metrics.get("top5")
-    table.add_row(model, f"{data}/{split}", str(metrics["count"]), f"{100 * metrics['top1']:.2f}%",
-                  "-" if top5 is None else f"{100 * top5:.2f}%", f"{metrics['loss']:.4f}")
+    table.add_row(model, f"{data}/{split}", str(metrics["count"]), percent(metrics['top1']),
+                  percent(top5), "-" if metrics.get("loss") is None else f"{metrics['loss']:.4f}")
     console.print(table)
 
 
@@ -80,7 +80,7 @@ def render_hetdpt(model: str, report: dict) -> None:
                       f"{fit['rmse']:.3f} over {len(fit['points'])} points; predicted top-1 along the budget line: "
                       f"{line}")
     top1 = report["top1"]
-    _render_gains(model, "HetDPT", f"{100 * top1['finetuned']:.2f}% (right after removal {100 * top1['pruned']:.2f}%)",
+    _render_gains(model, "HetDPT", f"{percent(top1['finetuned'])} (right after removal {percent(top1['pruned'])})",
                   report)
 
 
@@ -94,11 +94,7 @@ def render_vbp(model: str, report: dict) -> None:
     widths = ", ".join(f"{b}: {w}" for b, w in report["widths"].items())
     console.print(f"MLP hidden width per block (was {dense_width}): {widths}")
     top1, retention = report["top1"], report["retention"]
-    cell = f"right after pruning {100 * top1['pruned']:.2f}% ({_share(retention['pruned'])} of dense)"
-    if "finetuned" in top1:
-        cell = (f"{100 * top1['finetuned']:.2f}% after fine-tuning ({_share(retention['finetuned'])} of dense); "
-                + cell)
-    _render_gains(model, "VBP", cell, report)
+    _render_gains(model, "VBP", _retention_cell(top1, retention), report)
 
 
 def render_star(model: str, report: dict) -> None:
@@ -112,11 +108,7 @@ def render_star(model: str, report: dict) -> None:
         console.print(f"a-STAR's MACs depend on the image: mean over {report['pruned']['macs_averaged_over_images']} "
                       "validation images")
     top1, retention = report["top1"], report["retention"]
-    cell = f"right after pruning {100 * top1['pruned']:.2f}% ({_share(retention['pruned'])} of dense)"
-    if "finetuned" in top1:
-        cell = (f"{100 * top1['finetuned']:.2f}% after fine-tuning ({_share(retention['finetuned'])} of dense); "
-                + cell)
-    _render_gains(model, kind, cell, report)
+    _render_gains(model, kind, _retention_cell(top1, retention), report)
 
 
 def render_hiap_epoch(stats: dict, target_macs: float | None) -> None:
@@ -127,7 +119,7 @@ def render_hiap_epoch(stats: dict, target_macs: float | None) -> None:
         f"epoch {stats['epoch']}: MACs expected {format_count(stats['macs_expected_exact'])} (exact), hardened "
         f"{format_count(stats['macs_hardened'])}{target}; τ {stats['tau']:.2f}, λ scale {stats['lambda_scale']:.2f}, "
         f"undecided gates {100 * stats['undecided']:.0f}%, hardened val top-1 "
-        f"{100 * stats.get('val_top1', float('nan')):.2f}%")
+        f"{percent(stats.get('val_top1'))}")
     err_console.print("  " + "  ".join(_layer_cell(i, layer) for i, layer in enumerate(stats["layers"])))
 
 
@@ -150,12 +142,34 @@ def render_hiap(model: str, report: dict) -> None:
                       f"{layer['neurons']}/{layer['neurons_of']}" if layer["ffn"] else "closed")
     console.print(table)
     top1 = report["top1"]
-    cell = f"{100 * top1['extracted']:.2f}% extracted, no fine-tuning ({_share(top1['extracted'] / top1['dense'])})"
+    cell = f"{percent(top1['extracted'])} extracted, no fine-tuning ({share(top1['extracted'], top1['dense'])} of dense)"
     _render_gains(model, "HiAP", cell, report)
     console.print(f"per-block architecture plot: {report['plot']}")
 
 
-def _share(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """An accuracy (a fraction) as a percentage; ``-`` where it is missing."""
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def ratio(value: float | None, of: float | None) -> str:
+    """``value / of`` to three decimals; ``-`` where either is missing or ``of`` is zero."""
+    return "-" if value is None or not of else f"{value / of:.3f}"
+
+
+def share(value: float | None, of: float | None) -> str:
+    """``value`` as a percentage of ``of``; ``-`` where either is missing or ``of`` is zero (a dense top-1 of 0)."""
+    return "-" if value is None or not of else f"{100 * value / of:.1f}%"
+
+
+def _retention_cell(top1: dict, retention: dict) -> str:
+    cell = f"right after pruning {percent(top1['pruned'])} ({_fraction(retention['pruned'])} of dense)"
+    if "finetuned" in top1:
+        cell = f"{percent(top1['finetuned'])} after fine-tuning ({_fraction(retention['finetuned'])} of dense); " + cell
+    return cell
+
+
+def _fraction(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
@@ -164,9 +178,9 @@ def _render_gains(model: str, method: str, top1_cell: str, report: dict) -> None
     table = Table("", "dense", "pruned", "pruned / dense",
                   title=f"{model} vs {method}-pruned (MACs per image: full = with attention matmuls, linear = "
                         "linear/conv layers only)")
-    table.add_row("top-1", f"{100 * top1['dense']:.2f}%", top1_cell, "")
+    table.add_row("top-1", percent(top1['dense']), top1_cell, "")
     for label, key in (("params", "params"), ("MACs (full)", "macs_full"), ("MACs (linear)", "macs_linear")):
-        table.add_row(label, format_count(dense[key]), format_count(pruned[key]), f"{pruned[key] / dense[key]:.3f}")
+        table.add_row(label, format_count(dense[key]), format_count(pruned[key]), ratio(pruned[key], dense[key]))
     ctx = speed["a"]["context"]
     table.add_row(f"ms/batch ({ctx['device_name']}, {ctx['dtype']}, batch {ctx['batch_size']})",
                   f"{speed['b']['median_ms']:.2f}", f"{speed['a']['median_ms']:.2f}",
@@ -186,7 +200,7 @@ def render_chain(model: str, report: dict) -> None:
     for record in report["steps"]:
         table.add_row(str(record["step"]), record["method"], format_count(record["params"]),
                       format_count(record["macs_full"]), format_count(record["macs_linear"]),
-                      f"{100 * record['top1']:.2f}%")
+                      percent(record['top1']))
     console.print(table)
     check = report["consistency"]
     onnx = (f"ONNX max diff {check['onnx_max_diff']:.1e}" if check["onnx_max_diff"] is not None
@@ -197,4 +211,4 @@ def render_chain(model: str, report: dict) -> None:
                   f"{check['round_trip_max_diff']:.1e}; recipe rebuilds the architecture: "
                   f"{'yes' if check['architecture_rebuilt'] else 'no'}; {onnx}")
     methods = " → ".join(record["method"] for record in report["steps"][1:])
-    _render_gains(model, f"chain ({methods})", f"{100 * report['top1']['final']:.2f}%", report)
+    _render_gains(model, f"chain ({methods})", percent(report['top1']['final']), report)

@@ -67,6 +67,7 @@ def recover(stages: Stages, pruned: nn.Module, teacher: nn.Module, train_set: Da
 
 
 def retention(top1: dict[str, Any]) -> dict[str, float | None]:
-    """Each pruned accuracy as a share of ``top1["dense"]`` (``None`` for a dense accuracy of 0)."""
+    """Each pruned accuracy as a share of ``top1["dense"]`` (``None`` where it or the dense accuracy is missing, or
+    the dense accuracy is 0)."""
     dense = top1["dense"]
-    return {k: v / dense if dense else None for k, v in top1.items() if k != "dense"}
+    return {k: v / dense if dense and v is not None else None for k, v in top1.items() if k != "dense"}

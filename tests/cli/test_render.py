@@ -1,0 +1,88 @@
+"""Every renderer prints a report whatever its accuracies: zero (an untrained model on a small dataset) or missing
+ones print as figures or "-", never as a division by zero."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vitprune.cli import render
+from vitprune.cli.app import console, err_console
+from vitprune.methods.stages import retention
+
+#: An accuracy as a report may hold it: missing, exactly zero, or any fraction.
+ACCURACY = st.one_of(st.none(), st.just(0.0), st.floats(0.0, 1.0))
+FOOTPRINT = {"params": 1000, "macs_full": 5000, "macs_linear": 4000}
+
+
+def _speed() -> dict:
+    context = {"device_name": "CPU", "dtype": "float32", "batch_size": 4}
+    timing = {"median_ms": 2.0, "context": context}
+    return {"speedup": 1.2, "speedup_q1": 1.1, "speedup_q3": 1.3, "pairs": 3, "a": timing, "b": timing}
+
+
+def _gains(top1: dict) -> dict:
+    return {"top1": top1, "dense": FOOTPRINT, "pruned": {**FOOTPRINT, "params": 0}, "speed": _speed(),
+            "seconds": {"prune": 1.0}, "model_dir": "run/model"}
+
+
+def _layer() -> dict:
+    return {"heads": 0, "heads_of": 3, "value_dims": [], "neurons": 0, "neurons_of": 8, "ffn": False,
+            "expected_heads": 0.0, "expected_neurons": 0.0}
+
+
+def _reports(a: dict) -> list[tuple]:
+    """(renderer, arguments) for every renderer, with the accuracies in ``a``."""
+    pruned = {"dense": a["dense"], "pruned": a["pruned"], "finetuned": a["finetuned"], "finetune_best": a["best"]}
+    return [
+        (render.render_eval, ("m", "digits", "val", {"count": 10, "top1": a["dense"], "top5": a["pruned"],
+                                                     "loss": None})),
+        (render.render_hetdpt, ("m", {**_gains(pruned), "budget": 2, "attention": [0], "activation": [1],
+                                      "split": {"attention": 1, "activation": 1, "chosen_by": "user"},
+                                      "predictor": None})),
+        (render.render_vbp, ("m", {**_gains(pruned), "retention": retention(pruned), "widths_dense": {"0": 8},
+                                   "widths": {"0": 4}, "removed": 4, "ratio": 0.5, "criterion": "variance",
+                                   "compensate": True})),
+        (render.render_star, ("m", {**_gains(pruned), "retention": retention(pruned), "adaptive": False,
+                                    "rho": 0.7, "alpha": 0.15, "keep_rates": [1.0, 0.7], "pruned": FOOTPRINT})),
+        (render.render_hiap, ("m", {**_gains({"dense": a["dense"], "extracted": a["pruned"]}), "target_macs": None,
+                                    "threshold": 0.0, "heads": 0, "neurons": 0, "ffn_closed": [0],
+                                    "layers": [_layer()], "plot": "arch.png"})),
+        (render.render_hiap_epoch, ({"epoch": 1, "macs_expected_exact": 10.0, "macs_hardened": 8.0, "tau": 1.0,
+                                     "lambda_scale": 1.0, "undecided": 0.5, "val_top1": a["pruned"],
+                                     "layers": [_layer()]}, None)),
+        (render.render_chain, ("m", {**_gains({"dense": a["dense"], "final": a["finetuned"]}),
+                                     "steps": [{"step": 0, "method": "start", **FOOTPRINT, "top1": a["dense"]},
+                                               {"step": 1, "method": "depth", **FOOTPRINT, "top1": a["pruned"]}],
+                                     "consistency": {"ok": True, "macs_counted": 1, "macs_padding": 0,
+                                                     "macs_flop_counter": 1, "flop_counter_reference": "ref",
+                                                     "round_trip_max_diff": 0.0, "architecture_rebuilt": True,
+                                                     "onnx_max_diff": None, "onnx_skipped": "not asked for"}})),
+    ]
+
+
+@settings(max_examples=40)
+@given(accuracies=st.fixed_dictionaries({"dense": ACCURACY, "pruned": ACCURACY, "finetuned": ACCURACY,
+                                         "best": ACCURACY}))
+def test_every_renderer_survives_zero_and_missing_accuracies(accuracies):
+    for renderer, args in _reports(accuracies):
+        with console.capture(), err_console.capture():
+            renderer(*args)
+
+
+def test_a_zero_dense_accuracy_prints_a_dash_for_the_share(monkeypatch):
+    monkeypatch.setattr(console, "width", 200)
+    with console.capture() as captured:
+        render.render_hiap(*_reports({"dense": 0.0, "pruned": 0.0, "finetuned": 0.0, "best": None})[4][1])
+    assert "0.00% extracted, no fine-tuning (- of dense)" in captured.get()
+    assert render.percent(None) == "-" and render.percent(0.0) == "0.00%"
+    assert render.ratio(1, 0) == render.ratio(None, 2) == "-" and render.ratio(1, 4) == "0.250"
+    assert render.share(0.5, 0.0) == "-" and render.share(0.5, 0.8) == "62.5%"
+
+
+@pytest.mark.parametrize("top1, expected", [({"dense": 0.0, "pruned": 0.0}, {"pruned": None}),
+                                            ({"dense": 0.5, "finetune_best": None}, {"finetune_best": None}),
+                                            ({"dense": 0.5, "pruned": 0.25}, {"pruned": 0.5})])
+def test_retention_is_none_where_it_cannot_be_computed(top1, expected):
+    assert retention(top1) == expected
