@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -40,8 +41,11 @@ def print_json(data: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app(args=argv, standalone_mode=False)
+        # Typer turns Ctrl-C into exit code 130, which it returns (not raises) when not in standalone mode.
+        if app(args=args, standalone_mode=False) == INTERRUPTED:
+            _interrupted(args)
     except VitpruneError as exc:
         # Escaped: a message may hold brackets (pip extras, index lists) that rich would take for markup.
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -52,5 +56,31 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        err_console.print("interrupted (a fine-tuning run keeps its last checkpoint: continue it with --resume)")
-        sys.exit(130)
+        _interrupted(args)
+
+
+#: The exit status of an interrupted command (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
+
+def _interrupted(args: list[str]) -> None:
+    """Say what an interrupted command left and the exact command that continues it; exit 130."""
+    if _takes_resume(args) and "--out" in args[:-1]:
+        out = args[args.index("--out") + 1]
+        again = shlex.join(["vitprune", *args, *([] if "--resume" in args else ["--resume"])])
+        err_console.print(f"interrupted: the finished stages and the last checkpoint are in {escape(out)}; continue "
+                          f"with: {escape(again)}", highlight=False, soft_wrap=True)
+    else:
+        err_console.print("interrupted", highlight=False)
+    sys.exit(INTERRUPTED)
+
+
+def _takes_resume(args: list[str]) -> bool:
+    """Whether the command that ``args`` name has a ``--resume`` option."""
+    command = typer.main.get_command(app)
+    for word in args:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command = sub
+    return any("--resume" in getattr(param, "opts", ()) for param in command.params)

@@ -1,0 +1,52 @@
+"""Ctrl-C ends a run with one line naming what it left and the exact command that continues it, and exit 130."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import vitprune
+from vitprune.cli.app import INTERRUPTED, _interrupted
+
+
+@pytest.mark.slow
+@pytest.mark.cli
+def test_sigint_on_finetune_exits_130_and_the_printed_command_finishes_the_run(tmp_path):
+    torch.manual_seed(0)
+    vitprune.save(vitprune.create_model("digits-vit", depth=2), tmp_path / "model")
+    out = tmp_path / "run"
+    args = ["finetune", str(tmp_path / "model"), "--data", "digits", "--epochs", "8", "--checkpoint-every", "5",
+            "--out", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
+    proc = subprocess.Popen([sys.executable, "-m", "vitprune", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == INTERRUPTED, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"interrupted: the finished stages and the last checkpoint are in {out}; continue with: ")
+    again = shlex.split(last.split("continue with: ", 1)[1])
+    assert again == ["vitprune", *args, "--resume"]
+    assert not (out / "final").exists()  # nothing looks finished
+    done = subprocess.run([sys.executable, "-m", "vitprune", *again[1:]], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert vitprune.load(out / "final") is not None
+
+
+def test_an_interrupted_command_without_resume_says_interrupted(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _interrupted(["profile", "deit_tiny_patch16_224"])
+    assert exit_info.value.code == INTERRUPTED
+    assert capsys.readouterr().err.strip() == "interrupted"
