@@ -55,3 +55,15 @@ def test_readme_contents_list_every_section():
                 if title != "Contents"]
     contents = text.split("## Contents\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert contents == expected
+
+
+def test_no_page_points_at_the_papers_folder_a_user_does_not_have():
+    """The papers are cited (README's Papers section, each method page), not referred to by a path of ours."""
+    tracked = subprocess.run(["git", "ls-files", "README.md", "docs", "src", "pyproject.toml"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert [name for name in tracked if "shared/papers" in (ROOT / name).read_text(encoding="utf-8")] == []
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for title in ("Rethinking Depth Pruning for Vision Transformers", "Variance-Based Pruning for Accelerating",
+                  "Synergistic Patch Pruning for Vision Transformer", "HiAP: A Multi-Granular Stochastic",
+                  "BoundaryDPT: Pushing the Boundaries"):
+        assert title in readme
