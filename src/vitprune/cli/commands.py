@@ -13,6 +13,7 @@ from rich.table import Table
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
+from vitprune.errors import VitpruneError
 from vitprune.models import resolve_model
 from vitprune.recipe import read_document
 
@@ -41,6 +42,14 @@ DATA_OPT = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an Im
 DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
 DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
 CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
+OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace what is already there (the new one is written "
+                                                        "beside it and renamed when complete).")
+
+
+def check_target(path: Path, overwrite: bool, option: str) -> None:
+    """Refuse, before any work, to write over an existing ``path`` unless ``overwrite``."""
+    if path.exists() and not overwrite:
+        raise VitpruneError(f"{path} already exists; pass --overwrite to replace it, or choose another {option}")
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
-from vitprune.cli.commands import CHECKPOINT_OPT, JSON_OPT
+from vitprune.cli.commands import CHECKPOINT_OPT, JSON_OPT, OVERWRITE_OPT, check_target
 from vitprune.cli.prune import PRETRAINED_OPT
 
 
@@ -26,6 +26,7 @@ def export(
     threads: Optional[int] = typer.Option(None, min=1, help="Threads of both runtimes (default: their own)."),
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Export MODEL to ONNX (any statically shaped pruned model), check it with onnxruntime, optionally time it."""
@@ -36,6 +37,7 @@ def export(
     from vitprune.measure import compare_speed
     from vitprune.models import resolve_model
 
+    check_target(onnx, overwrite, "--onnx")
     if bench and not dynamic_batch and batch_size != check_batch:
         raise VitpruneError(f"a static export takes batches of {check_batch} only: pass --batch-size {check_batch}")
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.commands import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity,
-    Convention,
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT,
+    AttentionIdentity, Convention, check_target,
 )
 from vitprune.cli.finetune import Distill
 from vitprune.cli.render import ratio, render_comparison
@@ -57,10 +57,13 @@ def depth(
     batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Batch for the speed measurement."),
     repeats: int = typer.Option(10, min=3, help="Timed pairs for the speed measurement."),
     device: str = DEVICE_OPT,
+    overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
     import copy
+
+    check_target(out, overwrite, "--out")
 
     from vitprune.models import resolve_model
     from vitprune.surgery import prune_depth
@@ -112,12 +115,15 @@ def width(
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = typer.Option(10, min=3, help="Timed pairs for the speed measurement."),
     device: str = DEVICE_OPT,
+    overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, head dims or heads, FFN neurons),
     cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
     import copy
     import itertools
+
+    check_target(out, overwrite, "--out")
 
     from vitprune.data import build_loader
     from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
