@@ -73,6 +73,11 @@ def _edits(model: nn.Module) -> dict:
     }
 
 
+def headed_blocks(model: nn.Module) -> list[int]:
+    """The blocks that still have an attention head, so can rank tokens by their [CLS] attention."""
+    return [v.index for v in vitprune.get_adapter(model).blocks() if v.attn is not None and v.attn.num_heads]
+
+
 def draw_edits(draw, model: nn.Module, *, steps: int = 4, tokens: bool = True) -> list[str]:
     """Apply up to ``steps`` random depth and width edits to ``model``, then (``tokens``) token pruning on random
     blocks that still have a head; returns what was applied, for the failure report."""
@@ -100,7 +105,7 @@ def draw_edits(draw, model: nn.Module, *, steps: int = 4, tokens: bool = True) -
             prune_embed_dims(model, _subset(draw, vitprune.get_adapter(model).embed_dim, min_size=1))
         applied.append(f"{name}@{block}")
     if tokens and model.cls_token is not None:  # token pruning ranks by the [CLS] attention
-        headed = [v.index for v in vitprune.get_adapter(model).blocks() if v.attn is not None and v.attn.num_heads]
+        headed = headed_blocks(model)
         patches = vitprune.get_adapter(model).num_patches
         for block in _subset(draw, len(headed)):
             rate = draw(st.floats(0.2, 1.0))

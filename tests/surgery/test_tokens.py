@@ -9,7 +9,7 @@ import torch
 from conftest import build
 from hypothesis import note
 from hypothesis import strategies as st
-from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
+from strategies import EXAMPLES, draw_edits, headed_blocks, images, property_test, small_vits
 
 import vitprune
 from vitprune.adapters.timm_blocks import TokenPruneBlock, fused_log_scores
@@ -298,7 +298,7 @@ def test_keeping_every_token_changes_nothing_after_any_edits(examples):
         x = images(model)
         with torch.no_grad():
             before = model(x)
-        headed = [v.index for v in vitprune.get_adapter(model).blocks() if v.attn is not None and v.attn.num_heads]
+        headed = headed_blocks(model)
         blocks = data.draw(st.sets(st.sampled_from(headed))) if headed else set()
         for block in blocks:
             prune_tokens(model, block, 1.0, alpha=data.draw(st.floats(0.0, 1.0)))

@@ -13,8 +13,8 @@ from strategies import EXAMPLES, images, property_test, small_vits
 import vitprune
 from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import VitpruneError
-from vitprune.surgery import (compensate_mean_shift, prune_attention_dims, prune_head_dims, prune_heads, prune_mlp_neurons, prune_tokens,
-                              slice_linear)
+from vitprune.surgery import (compensate_mean_shift, prune_attention_dims, prune_head_dims, prune_heads,
+                              prune_mlp_neurons, prune_tokens, slice_linear)
 
 
 def _input(model, batch=2):

@@ -142,7 +142,8 @@ def render_hiap(model: str, report: dict) -> None:
                       f"{layer['neurons']}/{layer['neurons_of']}" if layer["ffn"] else "closed")
     console.print(table)
     top1 = report["top1"]
-    cell = f"{percent(top1['extracted'])} extracted, no fine-tuning ({share(top1['extracted'], top1['dense'])} of dense)"
+    cell = (f"{percent(top1['extracted'])} extracted, no fine-tuning "
+            f"({share(top1['extracted'], top1['dense'])} of dense)")
     _render_gains(model, "HiAP", cell, report)
     console.print(f"per-block architecture plot: {report['plot']}")
 

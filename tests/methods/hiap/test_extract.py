@@ -33,6 +33,16 @@ def _setting(name, kwargs, seed=0):
     return model, gates
 
 
+def _gated_output(model, gates, x):
+    """What ``model`` computes with ``gates`` hardened (the reference an extraction must equal)."""
+    gated = GatedForward(model)
+    gated.set(gates.hardened())
+    with torch.no_grad():
+        out = model(x)
+    gated.remove()
+    return out
+
+
 SPECS = [("deit_tiny_patch16_224", {"depth": 3}), ("vit_small_patch14_dinov2", {"depth": 3, "img_size": 56}),
          ("deit_small_distilled_patch16_224", {"depth": 3})]
 
@@ -41,11 +51,7 @@ SPECS = [("deit_tiny_patch16_224", {"depth": 3}), ("vit_small_patch14_dinov2", {
 def test_extracted_model_equals_the_gated_model(name, kwargs):
     model, gates = _setting(name, kwargs)
     x = torch.randn(2, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(1))
-    gated = GatedForward(model)
-    gated.set(gates.hardened())
-    with torch.no_grad():
-        expected = model(x)
-    gated.remove()
+    expected = _gated_output(model, gates, x)
     small = copy.deepcopy(model)
     kept = extract(small, gates)
     assert kept[1]["heads"] == [] and kept[2]["neurons"] == 0 and kept[0]["neurons"] == 0
@@ -96,11 +102,7 @@ def test_extraction_equals_the_gated_model_for_any_gates(examples):
             for p in gates.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen) + data.draw(st.floats(-1.5, 2.5)))
         x = images(model)
-        gated = GatedForward(model)
-        gated.set(gates.hardened())
-        with torch.no_grad():
-            expected = model(x)
-        gated.remove()
+        expected = _gated_output(model, gates, x)
         extract(model, gates)
         with torch.no_grad():
             torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
