@@ -43,7 +43,7 @@ from profile_deit import write_results
 import vitprune
 from vitprune.atomic import atomic_file
 from vitprune.data import build_dataset
-from vitprune.measure import CONVENTIONS, count_macs
+from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.chain import MODEL_DIR, STEPS_DIR, parse_chain, run_chain
 from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE, PREDICTOR_PLOT
 from vitprune.methods.hiap.pipeline import PLOT_FILE as HIAP_PLOT
@@ -118,8 +118,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         start = time.perf_counter()
         steps = build_steps()
         report = run_chain(dense, train, val, parse_chain([*steps, finetune]), run_dir=run_dir,
-                           calibration_set=calibration, preset="digits", speed_batch=args.speed_batch,
-                           speed_pairs=args.speed_pairs, progress=sys.stderr.isatty())
+                           calibration_set=calibration, preset="digits",
+                           speed=SpeedConfig(batch_size=args.speed_batch, pairs=args.speed_pairs),
+                           progress=sys.stderr.isatty())
         seconds = time.perf_counter() - start
         first = run_dir / STEPS_DIR / f"01-{steps[0]['method']}"
         if steps[0]["method"] == "hetdpt" and not fitted:

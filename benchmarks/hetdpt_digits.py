@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", type=int, nargs="+", default=[4, 6, 8, 10, 12])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--speed-batch", type=int, default=64)
     parser.add_argument("--speed-pairs", type=int, default=10)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     return parser.parse_args(argv)
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                 attention, activation = _choose(method, budget, model, train, te_batches, config, fit)
                 chose = time.perf_counter() - start
                 pruned, top1 = prune_and_recover(model, attention, activation, train, val, config)
-                comparison = compare_speed(pruned, model, batch_size=config.speed_batch, pairs=args.speed_pairs,
+                comparison = compare_speed(pruned, model, batch_size=args.speed_batch, pairs=args.speed_pairs,
                                            warmup=2)
                 row = {"budget": budget, "method": method, "attention": attention, "activation": activation,
                        "top1": top1, **count_macs(pruned).totals(),

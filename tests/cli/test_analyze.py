@@ -37,7 +37,7 @@ def test_gradient_disparity_writes_json_and_plot(capsys, tmp_path, small_saved):
     assert set(document["attention"]) == set(document["activation"]) == {"0", "1"}
 
     code, stdout, _ = run(capsys, "analyze", "gradient-disparity", str(small_saved), "--data", "digits",
-                          "--out", str(out), "--batches", "1")
+                          "--out", str(out), "--batches", "1", "--overwrite")
     assert code == 0 and "activation / attention" in stdout and "starting checkpoint" in stdout
     assert _outputs(out, "gradient_disparity")["max_batches"] == 1  # replaced, with no stray temporary files
 

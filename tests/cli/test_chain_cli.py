@@ -12,7 +12,7 @@ from vitprune.measure import count_macs
 
 pytest.importorskip("torch_pruning")
 
-OPTIONS = ("--data", "digits", "--no-pretrained", "--speed-pairs", "3", "--speed-batch", "2")
+OPTIONS = ("--data", "digits", "--no-pretrained", "--repeats", "3", "--speed-batch", "2")
 
 
 def test_chain_file_runs_and_reports_every_step(capsys, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import torch
 
 import vitprune
 from vitprune.cli import main
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.surgery import prune_mlp_neurons
 
 
@@ -79,11 +79,11 @@ def test_bench_json_and_comparison(capsys, tmp_path):
     vitprune.save(model, tmp_path / "small")
     code, out, _ = run(capsys, "bench", "digits-vit", "--json", "--repeats", "3", "--warmup", "1")
     data = json.loads(out)
-    assert code == 0 and data["repeats"] == 3 and data["batch_size"] == 1
+    assert code == 0 and data["repeats"] == 3 and data["batch_size"] == SpeedConfig().batch_size
     assert data["min_ms"] <= data["median_ms"] <= data["max_ms"]
     assert data["context"]["dtype"] == "float32" and data["context"]["device"] == "cpu"
     code, out, _ = run(capsys, "bench", str(tmp_path / "small"), "--vs", "digits-vit", "--json",
-                       "--repeats", "4", "--warmup", "1", "--batch-size", "2")
+                       "--repeats", "4", "--warmup", "1", "--speed-batch", "2")
     data = json.loads(out)
     assert code == 0 and data["pairs"] == 4 and len(data["ratios"]) == 4
     assert data["speedup"] == pytest.approx(sorted(data["ratios"])[1] / 2 + sorted(data["ratios"])[2] / 2)

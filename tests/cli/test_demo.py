@@ -8,7 +8,7 @@ import pytest
 from test_cli import run
 
 import vitprune
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def test_demo_measures_prunes_and_compares(capsys, trained_digits, demo_out):
     assert data["eval"]["top1"] >= 0.95 and data["eval"]["count"] == 360
     assert data["profile"]["macs"] == count_macs(trained_digits).macs and data["profile"]["convention"] == "full"
     assert data["linear_macs"] == count_macs(trained_digits, convention="linear").macs
-    assert data["latency"]["batch_size"] == 1 and data["throughput"]["batch_size"] == 64
-    assert data["latency"]["repeats"] == 3
+    assert data["latency"]["batch_size"] == 1 and data["throughput"]["batch_size"] == SpeedConfig().batch_size
+    assert data["latency"]["repeats"] == 3 and data["hetdpt"]["speed"]["pairs"] == 3
     hetdpt = data["hetdpt"]
     assert hetdpt["budget"] == 8 and len(hetdpt["attention"]) + len(hetdpt["activation"]) == 8
     assert hetdpt["split"]["chosen_by"] == "predictor" and hetdpt["top1"]["dense"] == data["eval"]["top1"]

@@ -20,11 +20,12 @@ pytest.importorskip("onnxscript")
 @pytest.mark.slow
 def test_export_command(capsys, tmp_path):
     vitprune.save(digits_chain(), tmp_path / "pruned")
-    code, out, _ = run(capsys, "export", str(tmp_path / "pruned"), "--onnx", str(tmp_path / "p.onnx"), "--bench",
-                       "--batch-size", "2", "--repeats", "3", "--threads", "1", "--json")
+    code, out, _ = run(capsys, "export", str(tmp_path / "pruned"), "--onnx", str(tmp_path / "p.onnx"),
+                       "--speed-batch", "2", "--repeats", "3", "--threads", "1", "--json")
     assert code == 0
     report = json.loads(out)
     assert report["max_abs_diff"] <= 1e-4 and report["dynamic_batch"] and report["speed_vs_pytorch"]["pairs"] == 3
+    assert report["speed_vs_pytorch"]["a"]["batch_size"] == 2
     x = torch.randn(2, 1, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(OnnxRuntimeModel(tmp_path / "p.onnx")(x), vitprune.load(tmp_path / "pruned")(x),

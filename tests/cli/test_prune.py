@@ -29,7 +29,7 @@ def test_prune_depth_saves_the_pruned_model_and_reports_both_conventions(capsys,
                                  "macs_linear": count_macs(dense, convention="linear").macs}
     assert summary["after"] == {"params": count_macs(reference).params, "macs_full": count_macs(reference).macs,
                                 "macs_linear": count_macs(reference, convention="linear").macs}
-    assert summary["attention"] == [0, 3] and summary["activation"] == [2, 11] and "speed" not in summary
+    assert summary["attention"] == [0, 3] and summary["activation"] == [2, 11] and summary["speed"] is None
     loaded = vitprune.load(out)
     assert [e.op for e in vitprune.get_recipe(loaded).edits] == ["remove_attention"] * 2 + ["remove_activation"] * 2
     assert read_document(out)["metadata"]["prune_depth"]["after"] == summary["after"]
@@ -43,7 +43,7 @@ def test_prune_depth_measures_the_speedup(capsys, tmp_path, monkeypatch):
     out = tmp_path / "pruned"
     code, stdout, _ = run(capsys, "prune", "depth", "digits-vit", "--no-pretrained", "--attention", "1,2,3",
                           "--activation", "4,5", "--identity", "skip", "--fold-norm", "--out", str(out),
-                          "--repeats", "3", "--batch-size", "4")
+                          "--repeats", "3", "--speed-batch", "4")
     assert code == 0
     assert "MACs, full (with attention matmuls)" in stdout and "MACs, linear-only (no attention matmuls)" in stdout
     assert "alternating pairs" in stdout and "MAC ratio (full convention)" in stdout
@@ -100,7 +100,7 @@ def test_prune_hetdpt_runs_and_reports(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, pattern", [
     (["--budget", "25"], r"budget 25 is out of range: the model has 12 attention and 12 activation layers"),
     (["--budget", "3", "--split", "1,1"], "split 1,1 removes 2 layers, not the budget of 3"),
-    (["--budget", "2", "--split", "x"], "--split takes 'auto' or two counts"),
+    (["--budget", "2", "--split", "x"], "split takes 'auto' or two counts"),
     (["--budget", "2", "--data", "/no/such/dir"], "/no/such/dir"),
 ], ids=["budget-too-big", "split-sum", "split-form", "missing-data"])
 def test_prune_hetdpt_user_errors(capsys, tmp_path, args, pattern):

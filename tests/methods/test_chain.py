@@ -11,7 +11,7 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.chain import (
     CHAIN_FILE, METHODS, MODEL_DIR, STEP_FILE, STEPS_DIR, Step, hetdpt_plus_steps, load_chain, parse_chain, run_chain,
 )
@@ -36,7 +36,7 @@ def setting():
 
 def _run(setting, steps, run_dir, **kwargs):
     model, train, val = setting
-    return run_chain(model, train, val, steps, run_dir=run_dir, speed_batch=2, speed_pairs=3, onnx=False, **kwargs)
+    return run_chain(model, train, val, steps, run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3), onnx=False, **kwargs)
 
 
 FOUR_STEPS = [
@@ -164,10 +164,10 @@ def test_depth_then_star_with_its_lrp_prior(setting, tmp_path):
      "step 2: width step: give exactly one of ratio and target_macs"),
     ([{"method": "vbp", "ratio": 1.5}], "step 1: the pruning ratio must be in"),
     ([{"method": "vbp", "finetune": {"epochs": 1}}], "step 1: vbp step: unknown setting.*finetune"),
-    ([{"method": "hiap", "epochs": 1}], "step 1: hiap step: missing setting.*lr"),
+    ([{"method": "hiap", "lr": 1e-3}], "step 1: hiap step: missing setting.*epochs"),
     ([{"method": "hetdpt", "split": [1, 1]}], "step 1: hetdpt step: budget"),
     ([{"method": "finetune", "epochs": 1, "lr": 1e-3, "distill": "strong"}], "unknown distill 'strong'"),
-    ({"steps": [{"method": "star", "rho": 0.5, "rates": [1]}]}, "exactly one of rho"),
+    ({"steps": [{"method": "star", "rho": 0.5, "rates": [1]}]}, "exactly one of rho, target_macs .* and rates"),
 ])
 def test_bad_chains_fail_before_anything_runs(steps, message):
     with pytest.raises(VitpruneError, match=message):

@@ -10,7 +10,10 @@ from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
-from vitprune.cli.commands import DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, IDENTITY_OPT, JSON_OPT, AttentionIdentity
+from vitprune.cli.options import (
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT,
+    PRETRAINED_OPT, AttentionIdentity, check_target,
+)
 from vitprune.cli.render import percent
 from vitprune.errors import VitpruneError
 
@@ -33,22 +36,28 @@ def gradient_disparity_cmd(
     batches: Optional[int] = typer.Option(None, "--batches", min=1, help="Batches to measure (default: one epoch)."),
     batch_size: int = BATCH_SIZE_OPT,
     identity: AttentionIdentity = IDENTITY_OPT,
+    pretrained: bool = PRETRAINED_OPT,
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
     device: str = DEVICE_OPT,
+    overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Mean |dloss/dmask| of every attention and activation layer, all masks at 1 (HetDPT Fig. 4).
 
     Measured on the training split without augmentation, shuffled with seed 0, in eval mode.
     """
+    _check_targets(out, "gradient_disparity", overwrite)
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset, build_loader
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt import gradient_disparity, plot_gradient_disparity
     from vitprune.models import resolve_model
 
-    net = resolve_model(model).to(resolve_device(device))
-    dataset = build_dataset(data, "train", input_size=get_adapter(net).input_size, root=data_root, is_training=False)
+    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
+    dataset = build_dataset(data, "train", input_size=get_adapter(net).input_size, root=data_root, download=download,
+                            is_training=False)
     loader = build_loader(dataset, batch_size, shuffle=True, seed=0)
     result = gradient_disparity(net, loader, identity=identity.value, max_batches=batches, progress=not json_out)
     document = {"model": model, "data": data, "split": "train", "batch_size": batch_size, "max_batches": batches,
@@ -83,11 +92,16 @@ def recovery_cmd(
     batch_size: int = BATCH_SIZE_OPT,
     seed: int = typer.Option(0, "--seed"),
     identity: AttentionIdentity = IDENTITY_OPT,
+    pretrained: bool = PRETRAINED_OPT,
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
+    download: bool = DOWNLOAD_OPT,
     device: str = DEVICE_OPT,
+    overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Top-1 after removing each single layer, right away and after a short fine-tune (HetDPT Fig. 5)."""
+    _check_targets(out, "recovery", overwrite)
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset
     from vitprune.device import resolve_device
@@ -98,10 +112,10 @@ def recovery_cmd(
     chosen = _parse_layers(layers) if layers else None
     config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
     dev = resolve_device(device)
-    net = resolve_model(model).to(dev)
+    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(dev)
     input_size = get_adapter(net).input_size
-    train_set = build_dataset(data, "train", input_size=input_size, root=data_root)
-    val_set = build_dataset(data, "val", input_size=input_size, root=data_root)
+    train_set, val_set = (build_dataset(data, split, input_size=input_size, root=data_root, download=download)
+                          for split in ("train", "val"))
     result = recovery_asymmetry(net, train_set, val_set, config=config, layers=chosen, identity=identity.value,
                                 device=dev, progress=not json_out)
     document = {"model": model, "data": data, **result}
@@ -131,6 +145,12 @@ def _parse_layers(specs: list[str]) -> list[tuple[str, int]]:
             raise VitpruneError(f"bad --layers entry {item!r}: expected TYPE:BLOCK, e.g. attention:3 or activation:5")
         layers.append((kind, int(block)))
     return layers
+
+
+def _check_targets(out: Path, name: str, overwrite: bool) -> None:
+    """Refuse, before any work, to replace an earlier ``name`` result in ``out`` unless ``overwrite``."""
+    for suffix in (".json", ".png"):
+        check_target(out / f"{name}{suffix}", overwrite, "--out")
 
 
 def _write(out: Path, name: str, document: dict[str, Any],

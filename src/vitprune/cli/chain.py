@@ -9,16 +9,12 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, err_console
-from vitprune.cli.commands import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, Convention,
+from vitprune.cli.options import (
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
+    RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, Convention, Distill, speed_config,
 )
-from vitprune.cli.finetune import Distill
-from vitprune.cli.prune import (
-    PRETRAINED_OPT, SPEED_BATCH_OPT, Importance, _load_inputs, _show, hetdpt_preset_for, prune_app,
-)
-
-RESUME_OPT = typer.Option(False, "--resume", help="Continue the run in --out from the step it stopped in.")
-SPEED_PAIRS_OPT = typer.Option(10, "--speed-pairs", min=3, help="Alternating pairs timing the final model.")
+from vitprune.cli.prune import Importance, _load_inputs, _show, hetdpt_preset_for, prune_app
+from vitprune.measure import SpeedConfig
 
 
 @app.command()
@@ -36,8 +32,9 @@ def chain(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
-    speed_pairs: int = SPEED_PAIRS_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -47,14 +44,13 @@ def chain(
 
     run_chain_command(model, load_chain(steps), data=data, out=out, preset=preset, onnx=onnx, resume=resume,
                       pretrained=pretrained, checkpoint=checkpoint, data_root=data_root, download=download,
-                      speed_batch=speed_batch, speed_pairs=speed_pairs, device=device, json_out=json_out,
+                      speed=speed_config(speed, speed_batch, repeats), device=device, json_out=json_out,
                       render=render_chain)
 
 
 def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: Optional[str], onnx: bool,
                       resume: bool, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                      download: bool, speed_batch: int, speed_pairs: int, device: str, json_out: bool,
-                      render) -> None:
+                      download: bool, speed: SpeedConfig, device: str, json_out: bool, render) -> None:
     """Load MODEL and --data (with the calibration images VBP and STAR steps use), run ``steps`` into --out and show
     the report through ``render``."""
     from vitprune.device import resolve_device
@@ -67,8 +63,7 @@ def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: 
     report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
                        device=resolve_device(device), progress=not json_out, resume=resume,
                        log=(lambda _m: None) if json_out else err_console.print,
-                       preset=preset, speed_batch=speed_batch,
-                       speed_pairs=speed_pairs, onnx=onnx)
+                       preset=preset, speed=speed, onnx=onnx)
     _show(model, report, render, json_out)
 
 
@@ -99,8 +94,9 @@ def hetdpt_plus(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
-    speed_pairs: int = SPEED_PAIRS_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -124,5 +120,6 @@ def hetdpt_plus(
                               width={"importance": importance.value, "heads": heads, "embed": embed,
                                      "isomorphic": isomorphic, "round_to": round_to})
     run_chain_command(model, steps, data=data, out=out, preset=name, onnx=True, resume=resume, pretrained=pretrained,
-                      checkpoint=checkpoint, data_root=data_root, download=download, speed_batch=speed_batch,
-                      speed_pairs=speed_pairs, device=device, json_out=json_out, render=render_chain)
+                      checkpoint=checkpoint, data_root=data_root, download=download,
+                      speed=speed_config(speed, speed_batch, repeats), device=device, json_out=json_out,
+                      render=render_chain)

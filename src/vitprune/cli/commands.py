@@ -11,45 +11,21 @@ import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.cli.options import (
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
+    SPEED_BATCH_OPT, Convention,
+)
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
-from vitprune.errors import VitpruneError
+from vitprune.measure import SpeedConfig
 from vitprune.models import resolve_model
 from vitprune.recipe import read_document
-
-
-class Convention(str, Enum):
-    full = "full"
-    linear = "linear"
 
 
 class DType(str, Enum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
-
-
-class AttentionIdentity(str, Enum):
-    norm = "norm"
-    skip = "skip"
-
-
-JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
-DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N.")
-IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity",
-                            help="What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x.")
-DATA_OPT = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory.")
-DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
-DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
-CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
-OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace what is already there (the new one is written "
-                                                        "beside it and renamed when complete).")
-
-
-def check_target(path: Path, overwrite: bool, option: str) -> None:
-    """Refuse, before any work, to write over an existing ``path`` unless ``overwrite``."""
-    if path.exists() and not overwrite:
-        raise VitpruneError(f"{path} already exists; pass --overwrite to replace it, or choose another {option}")
 
 
 @app.command()
@@ -73,18 +49,19 @@ def profile(
 def bench(
     model: str = typer.Argument(..., help=MODEL_HELP),
     vs: Optional[str] = typer.Option(None, "--vs", help="Compare against OTHER: speedup = OTHER's time / MODEL's time."),
-    batch_size: int = typer.Option(1, "--batch-size", "-b", min=1, help="1 measures latency; larger, throughput."),
-    repeats: int = typer.Option(20, min=3, help="Timed runs (pairs with --vs)."),
-    warmup: int = typer.Option(5, min=0, help="Untimed runs first."),
+    speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
+    warmup: int = typer.Option(SpeedConfig.warmup, min=0, help="Untimed runs first."),
     device: str = DEVICE_OPT,
     dtype: DType = typer.Option(DType.float32, help="Weights and input dtype."),
     threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: torch's)."),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Measured latency/throughput: warm-up, repeats, median and spread; with --vs, alternating A/B pairs."""
+    """Measured latency/throughput: warm-up, repeats, median and spread; with --vs, alternating A/B pairs.
+    Weights are not needed (random ones time the same) and never downloaded."""
     from vitprune.measure import compare_speed, measure_speed
 
-    options = dict(batch_size=batch_size, device=resolve_device(device), dtype=getattr(torch, dtype.value),
+    options = dict(batch_size=speed_batch, device=resolve_device(device), dtype=getattr(torch, dtype.value),
                    warmup=warmup, threads=threads, progress=not json_out)
     subject = resolve_model(model, pretrained=False)
     if vs is None:
@@ -98,7 +75,7 @@ def bench(
     if json_out:
         print_json({"model": model, "vs": vs, **comparison.to_dict()})
     else:
-        render_comparison(model, vs, comparison)
+        render_comparison(model, vs, comparison.to_dict())
 
 
 @app.command("eval")
@@ -110,7 +87,7 @@ def evaluate_cmd(
     download: bool = DOWNLOAD_OPT,
     batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
     device: str = DEVICE_OPT,
-    pretrained: bool = typer.Option(True, "--pretrained/--no-pretrained", help="Load pretrained weights."),
+    pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from vitprune.cli.app import app, console, err_console, print_json
-from vitprune.cli.commands import JSON_OPT
+from vitprune.cli.options import JSON_OPT, REPEATS_OPT, SPEED_BATCH_OPT, SPEED_OPT, speed_config
 from vitprune.cli.render import render_eval, render_hetdpt, render_profile, render_speed
 
 DEMO_BUDGET = 8
@@ -22,7 +22,9 @@ DEMO_BUDGET = 8
 def demo(
     out: Path = typer.Option(Path("vitprune-demo"), "--out", help="Where the pruned model, plots and report go."),
     budget: int = typer.Option(DEMO_BUDGET, "--budget", "-k", help="Layers HetDPT removes (of 24)."),
-    repeats: int = typer.Option(20, min=3, help="Timed runs per speed measurement."),
+    speed: bool = SPEED_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
     fresh: bool = typer.Option(False, "--fresh", help="Delete --out first instead of reusing its finished stages."),
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -41,27 +43,28 @@ def demo(
     train, val = (build_dataset("digits", split, input_size=input_size) for split in ("train", "val"))
     metrics = evaluate(model, build_loader(val, 256, shuffle=False, seed=0), progress=not json_out)
     full, linear = count_macs(model), count_macs(model, convention="linear")
-    latency = measure_speed(model, batch_size=1, repeats=repeats, progress=not json_out)
-    throughput = measure_speed(model, batch_size=64, repeats=repeats, progress=not json_out)
+    latency, throughput = ((measure_speed(model, batch_size=batch, repeats=repeats, progress=not json_out)
+                            for batch in (1, speed_batch)) if speed else (None, None))
     if not json_out:
         console.rule("digits-vit: the embedded default (starting checkpoint: trained by vitprune, cached)")
         render_eval("digits-vit", "digits", "val", metrics)
         render_profile("digits-vit", full)
         console.print(f"linear-only convention (no attention matmuls): {linear.macs:,} MACs per image")
-        render_speed("digits-vit (latency, batch 1)", latency)
-        render_speed("digits-vit (throughput, batch 64)", throughput)
+        if speed:
+            render_speed("digits-vit (latency, batch 1)", latency)
+            render_speed(f"digits-vit (throughput, batch {speed_batch})", throughput)
         console.rule(f"HetDPT: remove {budget} of the 24 attention + GELU layers")
     if fresh and out.exists():
         shutil.rmtree(out)
-    config = preset("digits")
-    config.speed_pairs = repeats
-    report = run_hetdpt(model, train, val, budget=budget, run_dir=out, config=config, progress=not json_out,
-                        resume=True, log=(lambda _m: None) if json_out else err_console.print)
+    report = run_hetdpt(model, train, val, budget=budget, run_dir=out, config=preset("digits"), progress=not json_out,
+                        resume=True, speed=speed_config(speed, speed_batch, repeats),
+                        log=(lambda _m: None) if json_out else err_console.print)
     if json_out:
         print_json({
             "model": "digits-vit", "starting_checkpoint": "digits-vit (trained by vitprune, cached)",
             "eval": metrics, "profile": full.to_dict(), "linear_macs": linear.macs,
-            "latency": latency.to_dict(), "throughput": throughput.to_dict(), "hetdpt": report,
+            "latency": latency and latency.to_dict(), "throughput": throughput and throughput.to_dict(),
+            "hetdpt": report,
         })
         return
     render_hetdpt("digits-vit", report)

@@ -9,15 +9,12 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.commands import DATA_OPT, DATA_ROOT_OPT, DOWNLOAD_OPT, JSON_OPT
+from vitprune.cli.options import (
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, RESUME_OPT, Distill,
+)
 from vitprune.cli.render import percent
-
-
-class Distill(str, Enum):
-    none = "none"
-    soft = "soft"
-    hard = "hard"
-
+from vitprune.device import AUTO
+from vitprune.training import FINETUNE_DISTILL, TrainConfig
 
 class Optim(str, Enum):
     adamw = "adamw"
@@ -33,28 +30,34 @@ def finetune(
     data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and final/ when done."),
     epochs: int = typer.Option(..., min=1),
-    lr: float = typer.Option(5e-4, help="Peak learning rate (after warm-up)."),
-    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Global batch (split over processes)."),
-    optimizer: Optim = typer.Option(Optim.adamw),
-    weight_decay: float = typer.Option(0.05, "--weight-decay"),
-    warmup_epochs: float = typer.Option(0.0, "--warmup-epochs"),
-    label_smoothing: float = typer.Option(0.0, "--label-smoothing"),
-    mixup: float = typer.Option(0.0, "--mixup", min=0.0, help="timm mixup alpha (0: off)."),
-    cutmix: float = typer.Option(0.0, "--cutmix", min=0.0, help="timm cutmix alpha (0: off)."),
-    clip_grad: Optional[float] = typer.Option(None, "--clip-grad", help="Max gradient norm."),
-    accum_steps: int = typer.Option(1, "--accum-steps", min=1, help="Micro-batches per optimisation step."),
-    ema_decay: Optional[float] = typer.Option(None, "--ema-decay", help="Keep an EMA of the weights."),
-    amp: bool = typer.Option(True, "--amp/--no-amp", help="Mixed precision on CUDA (ignored on CPU)."),
-    distill: Distill = typer.Option(Distill.none, help="Distillation from the teacher: soft (KL) or hard (DeiT)."),
+    lr: float = typer.Option(TrainConfig.lr, help="Peak learning rate (after warm-up)."),
+    batch_size: int = typer.Option(TrainConfig.batch_size, "--batch-size", "-b", min=1,
+                                   help="Global batch (split over processes)."),
+    optimizer: Optim = typer.Option(Optim(TrainConfig.optimizer)),
+    weight_decay: float = typer.Option(TrainConfig.weight_decay, "--weight-decay"),
+    warmup_epochs: float = typer.Option(TrainConfig.warmup_epochs, "--warmup-epochs"),
+    label_smoothing: float = typer.Option(TrainConfig.label_smoothing, "--label-smoothing"),
+    mixup: float = typer.Option(TrainConfig.mixup_alpha, "--mixup", min=0.0, help="timm mixup alpha (0: off)."),
+    cutmix: float = typer.Option(TrainConfig.cutmix_alpha, "--cutmix", min=0.0, help="timm cutmix alpha (0: off)."),
+    clip_grad: Optional[float] = typer.Option(TrainConfig.clip_grad, "--clip-grad", help="Max gradient norm."),
+    accum_steps: int = typer.Option(TrainConfig.accum_steps, "--accum-steps", min=1,
+                                    help="Micro-batches per optimisation step."),
+    ema_decay: Optional[float] = typer.Option(TrainConfig.ema_decay, "--ema-decay", help="Keep an EMA of the weights."),
+    amp: bool = typer.Option(TrainConfig.amp, "--amp/--no-amp", help="Mixed precision on CUDA (ignored on CPU)."),
+    distill: Distill = typer.Option(Distill(FINETUNE_DISTILL["distill"]),
+                                    help="Distillation from the teacher: soft (KL) or hard (DeiT)."),
     teacher: Optional[str] = typer.Option(None, help="Teacher MODEL (default: the original MODEL was pruned from)."),
-    alpha: float = typer.Option(0.5, help="Weight of the distillation term."),
-    tau: float = typer.Option(1.0, help="Temperature of soft distillation."),
-    seed: int = typer.Option(0),
-    checkpoint_every: int = typer.Option(0, "--checkpoint-every", min=0, help="Steps between checkpoints (0: epochs)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its checkpoint."),
+    alpha: float = typer.Option(FINETUNE_DISTILL["alpha"], help="Weight of the distillation term."),
+    tau: float = typer.Option(FINETUNE_DISTILL["tau"], help="Temperature of soft distillation."),
+    seed: int = typer.Option(TrainConfig.seed),
+    checkpoint_every: int = typer.Option(TrainConfig.checkpoint_every, "--checkpoint-every", min=0,
+                                         help="Steps between checkpoints (0: epochs)."),
+    resume: bool = RESUME_OPT,
+    pretrained: bool = PRETRAINED_OPT,
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
-    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda if available, per rank)."),
+    device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Fine-tune MODEL on --data; runs unchanged under `torchrun --nproc_per_node N -m vitprune finetune ...`."""
@@ -62,11 +65,11 @@ def finetune(
     from vitprune.data import build_dataset
     from vitprune.models import original_model, resolve_model
     from vitprune.recipe import save
-    from vitprune.training import TrainConfig, finetune_pruned
+    from vitprune.training import finetune_pruned
     from vitprune.training.distributed import init_distributed
 
-    ctx = init_distributed(device)
-    student = resolve_model(model)
+    ctx = init_distributed(None if device == AUTO else device)
+    student = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
     input_size = get_adapter(student).input_size
     train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
     val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)

@@ -11,21 +11,19 @@ import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.commands import (
+from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT,
-    AttentionIdentity, Convention, check_target,
+    PRETRAINED_OPT, REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, AttentionIdentity, Convention, Distill,
+    check_target, speed_config,
 )
-from vitprune.cli.finetune import Distill
 from vitprune.cli.render import ratio, render_comparison
 from vitprune.errors import VitpruneError
-from vitprune.measure import Comparison, count_macs, format_count
+from vitprune.measure import SpeedConfig, count_macs, format_count
+from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
 
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
                         no_args_is_help=True)
 app.add_typer(prune_app, name="prune")
-
-PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained", help="Start from pretrained weights.")
-SPEED_BATCH_OPT = typer.Option(16, "--speed-batch", min=1, help="Batch for the speed measurement.")
 
 
 def hetdpt_preset_for(preset: str | None, data: str) -> str:
@@ -53,9 +51,9 @@ def depth(
         False, "--output-gelu", help="Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."),
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    speed: bool = typer.Option(True, "--speed/--no-speed", help="Measure the speedup (alternating pairs)."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", min=1, help="Batch for the speed measurement."),
-    repeats: int = typer.Option(10, min=3, help="Timed pairs for the speed measurement."),
+    speed: bool = SPEED_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
@@ -78,7 +76,7 @@ def depth(
     summary = {"model": model, "out": str(out), "attention": sorted(attn_idx), "activation": sorted(act_idx),
                "identity": identity.value, "fold_norm": fold_norm, "output_gelu": output_gelu,
                "before": before, "after": after}
-    _save_and_show(dense, pruned, out, "prune_depth", summary, speed=speed, batch_size=batch_size, repeats=repeats,
+    _save_and_show(dense, pruned, out, "prune_depth", summary, speed_config(speed, speed_batch, repeats),
                    device=device, json_out=json_out,
                    title=f"{model}: attention removed in blocks {summary['attention'] or 'none'}, activation in "
                          f"{summary['activation'] or 'none'} (identity '{summary['identity']}')")
@@ -111,9 +109,9 @@ def width(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
-    speed: bool = typer.Option(True, "--speed/--no-speed", help="Measure the speedup (alternating pairs)."),
+    speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = typer.Option(10, min=3, help="Timed pairs for the speed measurement."),
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
@@ -152,33 +150,31 @@ def width(
     summary = {"model": model, "out": str(out), "ratio": ratio, "target_gmacs": macs,
                "convention": convention.value, "options": {k: v for k, v in options.items() if k != "batches"},
                "plan": plan.to_dict(), "before": before, "after": after}
-    _save_and_show(dense, pruned, out, "prune_width", summary, speed=speed, batch_size=speed_batch, repeats=repeats,
+    _save_and_show(dense, pruned, out, "prune_width", summary, speed_config(speed, speed_batch, repeats),
                    device=device, json_out=json_out,
                    title=f"{model}: width ratio {ratio:.4f} ({importance.value}, "
                          f"{'isomorphic' if isomorphic else 'global'}, {'heads' if heads else 'head dims'}"
                          f"{', stream channels' if embed else ''})")
 
 
-def _save_and_show(dense: Any, pruned: Any, out: Path, key: str, summary: dict, *, speed: bool, batch_size: int,
-                   repeats: int, device: str, json_out: bool, title: str) -> None:
-    """Save PRUNED with ``summary`` under ``key`` in its metadata, time it against DENSE if asked, and show both."""
+def _save_and_show(dense: Any, pruned: Any, out: Path, key: str, summary: dict, speed: SpeedConfig, *, device: str,
+                   json_out: bool, title: str) -> None:
+    """Save PRUNED with ``summary`` under ``key`` in its metadata, time it against DENSE as ``speed`` says, and show
+    both."""
     from vitprune.device import resolve_device
-    from vitprune.measure import compare_speed
+    from vitprune.methods.stages import Stages, time_against
     from vitprune.recipe import save
 
     save(pruned, out, metadata={key: summary})
-    comparison = None
-    if speed:
-        comparison = compare_speed(pruned, dense, batch_size=batch_size, device=resolve_device(device),
-                                   pairs=repeats, warmup=3, progress=not json_out)
-        summary["speed"] = comparison.to_dict()
+    summary["speed"] = time_against(Stages(), pruned, dense, speed, device=resolve_device(device),
+                                    progress=not json_out)
     if json_out:
         print_json(summary)
         return
-    _render(summary, comparison, title)
+    _render(summary, title)
 
 
-def _render(summary: dict, comparison: Comparison | None, title: str) -> None:
+def _render(summary: dict, title: str) -> None:
     before, after = summary["before"], summary["after"]
     table = Table("", "before", "after", "after / before", title=title)
     rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
@@ -186,8 +182,8 @@ def _render(summary: dict, comparison: Comparison | None, title: str) -> None:
     for label, key in rows:
         table.add_row(label, format_count(before[key]), format_count(after[key]), ratio(after[key], before[key]))
     console.print(table)
-    if comparison is not None:
-        render_comparison("pruned", summary["model"], comparison)
+    render_comparison("pruned", summary["model"], summary["speed"])
+    if summary["speed"] is not None:
         console.print(f"MAC ratio (full convention): {ratio(before['macs_full'], after['macs_full'])}×")
     console.print(f"saved to {summary['out']} (starting checkpoint: {summary['model']})")
 
@@ -215,11 +211,14 @@ def hetdpt(
     min_per_type: int = typer.Option(0, "--min-per-type", min=0, help="Predictor search: remove at least this many "
                                                                           "of each type."),
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="Reuse predictor.json from an earlier run."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
+    resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    speed: bool = SPEED_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -238,7 +237,8 @@ def hetdpt(
                                download=download)
     report = run_hetdpt(dense, sets["train"], sets["val"], budget=budget, split=chosen_split, run_dir=out,
                         config=config, device=resolve_device(device), progress=not json_out, resume=resume,
-                        predictor=predictor, log=(lambda _m: None) if json_out else err_console.print)
+                        predictor=predictor, speed=speed_config(speed, speed_batch, repeats),
+                        log=(lambda _m: None) if json_out else err_console.print)
     _show(model, report, render_hetdpt, json_out)
 
 
@@ -272,12 +272,14 @@ def vbp(
     alpha: float = typer.Option(1.0, help="Weight of the distillation term (1: distillation only)."),
     tau: float = typer.Option(1.0, help="Distillation temperature."),
     seed: int = typer.Option(0, help="Seed of the calibration subset, the random criterion and fine-tuning."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
+    resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -290,11 +292,11 @@ def vbp(
                 if finetune_epochs else None)
     config = VBPConfig(ratio=ratio, criterion=criterion.value, compensate=compensate, min_width=min_width,
                        calibration_images=calibration_images, seed=seed, finetune=finetune,
-                       distill="soft" if distill else "none", alpha=alpha, tau=tau, speed_batch=speed_batch)
+                       distill="soft" if distill else "none", alpha=alpha, tau=tau)
     config.validate()
     _run_calibrated(run_vbp, render_vbp, config, model=model, data=data, out=out, pretrained=pretrained,
                     checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
-                    json_out=json_out)
+                    speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
 
 
 class Anchor(str, Enum):
@@ -324,12 +326,14 @@ def star(
     lr: float = typer.Option(2e-5, "--lr", help="Fine-tuning learning rate (paper: cosine 2e-5 -> 2e-9)."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Fine-tuning batch."),
     seed: int = typer.Option(0, help="Seed of the calibration subsets and fine-tuning."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out, reusing its finished stages."),
+    resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -343,11 +347,11 @@ def star(
     config = STARConfig(rho=rho, target_macs=None if macs is None else macs * 1e9, rates=_parse_rates(rates),
                         alpha=alpha, adaptive=adaptive,
                         anchor=anchor.value, acs_images=acs_images, lrp_images=lrp_images, classes=classes,
-                        seed=seed, finetune=finetune, distill=distill.value, speed_batch=speed_batch)
+                        seed=seed, finetune=finetune, distill=distill.value)
     config.validate()
     _run_calibrated(run_star, render_star, config, model=model, data=data, out=out, pretrained=pretrained,
                     checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
-                    json_out=json_out)
+                    speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
 
 
 class CostModel(str, Enum):
@@ -366,20 +370,23 @@ def hiap(
     lambda_micro: float = typer.Option(0.45, "--lambda-micro",
                                        help="Weight of the expected value-dim and neuron cost (paper: 0.45)."),
     epochs: int = typer.Option(..., "--epochs", min=1, help="Epochs of the single training phase (paper: 200)."),
-    lr: float = typer.Option(5e-5, "--lr", help="Weight learning rate (paper: 5e-5, AdamW)."),
+    lr: float = typer.Option(HIAP_TRAIN["lr"], "--lr", help="Weight learning rate (paper: 5e-5, AdamW)."),
     gate_lr: Optional[float] = typer.Option(None, "--gate-lr", help="Gate-logit learning rate (default: "
                                                                     "10·|gate init| over the run's steps)."),
-    batch_size: int = typer.Option(256, "--batch-size", "-b", min=1, help="Global batch (paper: 256)."),
+    batch_size: int = typer.Option(HIAP_TRAIN["batch_size"], "--batch-size", "-b", min=1,
+                                   help="Global batch (paper: 256)."),
     cost_model: CostModel = typer.Option(CostModel.paper, "--cost-model",
                                          help="paper (Eq. 5's constants) or exact (what extraction realises)."),
     soft: bool = typer.Option(False, "--soft", help="Soft Gumbel-sigmoid gates in the forward (default: hard-ST)."),
     seed: int = typer.Option(0, help="Seed of training and of the gate samples."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out."),
+    resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -389,7 +396,7 @@ def hiap(
     from vitprune.methods.hiap import HiAPConfig, run_hiap
     from vitprune.training import TrainConfig
 
-    train = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, warmup_epochs=0.0)
+    train = TrainConfig(**{**HIAP_TRAIN, "epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": seed})
     config = HiAPConfig(lambda_macro=lambda_macro, lambda_micro=lambda_micro,
                         target_macs=None if macs is None else macs * 1e9, cost_model=cost_model.value, hard=not soft,
                         gate_lr=gate_lr)
@@ -398,7 +405,8 @@ def hiap(
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download)
     report = run_hiap(dense, sets["train"], sets["val"], run_dir=out, train=train, config=config,
-                      device=resolve_device(device), progress=not json_out, resume=resume, speed_batch=speed_batch,
+                      device=resolve_device(device), progress=not json_out, resume=resume,
+                      speed=speed_config(speed, speed_batch, repeats),
                       log=(lambda _m: None) if json_out else err_console.print,
                       on_epoch=None if json_out else lambda stats: render_hiap_epoch(stats, config.target_macs))
     _show(model, report, render_hiap, json_out)
@@ -415,7 +423,7 @@ def _parse_rates(text: str | None) -> list[float] | None:
 
 def _run_calibrated(run: Callable[..., dict], render: Callable[[str, dict], None], config: Any, *, model: str,
                     data: str, out: Path, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                    download: bool, device: str, resume: bool, json_out: bool) -> None:
+                    download: bool, device: str, resume: bool, speed: SpeedConfig, json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
     method's pipeline into --out and show its report."""
     from vitprune.device import resolve_device
@@ -423,7 +431,7 @@ def _run_calibrated(run: Callable[..., dict], render: Callable[[str, dict], None
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download, calibration=True)
     report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
-                 device=resolve_device(device), progress=not json_out, resume=resume,
+                 device=resolve_device(device), progress=not json_out, resume=resume, speed=speed,
                  log=(lambda _m: None) if json_out else err_console.print)
     _show(model, report, render, json_out)
 

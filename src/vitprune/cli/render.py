@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from vitprune.cli.app import console, err_console
-from vitprune.measure import Comparison, MacReport, SpeedResult, format_count
+from vitprune.measure import MacReport, SpeedResult, format_count
 
 
 def render_profile(model: str, report: MacReport) -> None:
@@ -28,32 +28,37 @@ def render_profile(model: str, report: MacReport) -> None:
                   f"[bold]params:[/] {format_count(report.params)} ({report.params:,})")
 
 
-def _context_line(result: SpeedResult) -> str:
-    c = result.context
-    return (f"{c.device_name} ({c.device}), {c.dtype}, batch {c.batch_size}, {c.threads} threads, "
-            f"torch {c.torch}, {len(result.samples_ms)} timed runs after {result.warmup} warm-up")
+def _context_line(result: dict) -> str:
+    """Where and how a timing (a :class:`~vitprune.measure.SpeedResult`'s JSON form) was taken."""
+    c = result["context"]
+    return (f"{c['device_name']} ({c['device']}), {c['dtype']}, batch {c['batch_size']}, {c['threads']} threads, "
+            f"torch {c['torch']}, {result['repeats']} timed runs after {result['warmup']} warm-up")
 
 
 def render_speed(model: str, result: SpeedResult) -> None:
     """Median latency per batch with its spread, and the throughput it implies."""
     s = result.spread
-    table = Table("model", "median ms/batch", "IQR ms", "min–max ms", "images/s", title=_context_line(result))
+    table = Table("model", "median ms/batch", "IQR ms", "min–max ms", "images/s", title=_context_line(result.to_dict()))
     table.add_row(model, f"{s.median:.2f}", f"{s.q1:.2f}–{s.q3:.2f}", f"{s.min:.2f}–{s.max:.2f}",
                   f"{result.throughput:.1f}")
     console.print(table)
 
 
-def render_comparison(model: str, other: str, comparison: Comparison) -> None:
-    """Both models' timings and the pair-by-pair speedup of MODEL over OTHER."""
-    table = Table("model", "median ms/batch", "IQR ms", "images/s", title=_context_line(comparison.a))
-    for name, result in ((model, comparison.a), (other, comparison.b)):
-        s = result.spread
-        table.add_row(name, f"{s.median:.2f}", f"{s.q1:.2f}–{s.q3:.2f}", f"{result.throughput:.1f}")
+def render_comparison(model: str, other: str, comparison: dict | None) -> None:
+    """Both models' timings and the pair-by-pair speedup of MODEL over OTHER, from a
+    :class:`~vitprune.measure.Comparison`'s JSON form; one line when the speed was not measured (``None``)."""
+    if comparison is None:
+        console.print("speed: not measured (--no-speed)")
+        return
+    table = Table("model", "median ms/batch", "IQR ms", "images/s", title=_context_line(comparison["a"]))
+    for name, result in ((model, comparison["a"]), (other, comparison["b"])):
+        table.add_row(name, f"{result['median_ms']:.2f}", f"{result['q1_ms']:.2f}–{result['q3_ms']:.2f}",
+                      f"{result['throughput']:.1f}")
     console.print(table)
-    s = comparison.spread
     console.print(f"[bold]speedup[/] of {model} over {other} ({other}'s time ÷ {model}'s, median of "
-                  f"{len(comparison.ratios)} alternating pairs): [bold]{s.median:.3f}×[/] "
-                  f"(IQR {s.q1:.3f}–{s.q3:.3f}, min {s.min:.3f}, max {s.max:.3f})")
+                  f"{comparison['pairs']} alternating pairs): [bold]{comparison['speedup']:.3f}×[/] "
+                  f"(IQR {comparison['speedup_q1']:.3f}–{comparison['speedup_q3']:.3f}, min "
+                  f"{comparison['speedup_min']:.3f}, max {comparison['speedup_max']:.3f})")
 
 
 def render_eval(model: str, data: str, split: str, metrics: dict) -> None:
@@ -182,11 +187,14 @@ def _render_gains(model: str, method: str, top1_cell: str, report: dict) -> None
     table.add_row("top-1", percent(top1['dense']), top1_cell, "")
     for label, key in (("params", "params"), ("MACs (full)", "macs_full"), ("MACs (linear)", "macs_linear")):
         table.add_row(label, format_count(dense[key]), format_count(pruned[key]), ratio(pruned[key], dense[key]))
-    ctx = speed["a"]["context"]
-    table.add_row(f"ms/batch ({ctx['device_name']}, {ctx['dtype']}, batch {ctx['batch_size']})",
-                  f"{speed['b']['median_ms']:.2f}", f"{speed['a']['median_ms']:.2f}",
-                  f"speedup {speed['speedup']:.3f}× (IQR {speed['speedup_q1']:.3f}–{speed['speedup_q3']:.3f}, "
-                  f"{speed['pairs']} alternating pairs)")
+    if speed is None:
+        table.add_row("ms/batch", "-", "-", "speed not measured (--no-speed)")
+    else:
+        ctx = speed["a"]["context"]
+        table.add_row(f"ms/batch ({ctx['device_name']}, {ctx['dtype']}, batch {ctx['batch_size']})",
+                      f"{speed['b']['median_ms']:.2f}", f"{speed['a']['median_ms']:.2f}",
+                      f"speedup {speed['speedup']:.3f}× (IQR {speed['speedup_q1']:.3f}–{speed['speedup_q3']:.3f}, "
+                      f"{speed['pairs']} alternating pairs)")
     console.print(table)
     seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report["seconds"].items())
     console.print(f"time per stage: {seconds}")

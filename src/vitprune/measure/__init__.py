@@ -3,7 +3,8 @@
 from vitprune.measure.context import Context, OtherLoad, collect_context, device_name, watch_other_load
 from vitprune.measure.macs import (CONVENTIONS, FLOP_COUNTER_REFERENCE, BlockMacs, MacReport, count_macs,
                                    flop_counter_macs, format_count, resolve_input_size, value_padding_macs)
-from vitprune.measure.speed import Comparison, SpeedResult, Spread, compare_speed, measure_speed
+from vitprune.measure.speed import (Comparison, SpeedConfig, SpeedResult, Spread, compare_speed,
+                                    measure_speed)
 
 __all__ = [
     "CONVENTIONS",
@@ -13,6 +14,7 @@ __all__ = [
     "Context",
     "MacReport",
     "OtherLoad",
+    "SpeedConfig",
     "SpeedResult",
     "Spread",
     "collect_context",

@@ -221,6 +221,24 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
     return Comparison(a=a, b=b, ratios=ratios)
 
 
+@dataclass(frozen=True)
+class SpeedConfig:
+    """How a pruned model is timed against its original: one set of defaults for every command and pipeline.
+
+    ``enabled=False`` skips the measurement (reports then hold ``None`` for speed). The CLI's
+    ``--speed/--no-speed``, ``--speed-batch`` and ``--repeats`` take their defaults from here.
+    """
+
+    enabled: bool = True
+    batch_size: int = 16
+    pairs: int = 20
+    warmup: int = 3
+
+    def validate(self) -> None:
+        """One line for counts that cannot run."""
+        _check_counts(self.warmup, batch_size=self.batch_size, pairs=self.pairs)
+
+
 def _fmt(size: tuple[int, ...]) -> str:
     return "x".join(map(str, size))
 

@@ -2,8 +2,8 @@
 
 A chain is a list of steps, each ``{"method": NAME, ...settings}``; the settings are the method's
 own (their config's field names; :data:`METHODS` lists them). The methods' own fine-tuning is off inside a
-chain: recovery happens where the chain has a ``finetune`` step (distilling from the chain's
-starting model by default), once at the end or between steps. HetDPT+ is the chain
+chain: recovery happens where the chain has a ``finetune`` step (with ``"distill"``, from the chain's
+starting model), once at the end or between steps. HetDPT+ is the chain
 ``hetdpt → width → finetune`` (:func:`hetdpt_plus_steps`).
 
 Each step runs on the previous step's saved model and saves its own, so an interrupted chain
@@ -23,7 +23,7 @@ import itertools
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,17 +35,17 @@ from vitprune.atomic import read_json, write_json
 from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.stages import Stages, prepare_run_dir
+from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import load, save
-from vitprune.training import TrainConfig, evaluate, finetune_pruned
+from vitprune.training import FINETUNE_DISTILL, TrainConfig, evaluate, finetune_pruned
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR, REPORT_FILE = (
     "chain.json", "steps", "step.json", "model", "report.json")
 
-#: Pipelines time their result against their input; inside a chain a short check is enough, the
-#: chain's own report times the final model properly.
-_STEP_SPEED_PAIRS = 3
+#: Pipelines time their result against their input; inside a chain they do not: the chain's own
+#: report times the final model against the starting one.
+_NO_SPEED = SpeedConfig(enabled=False)
 
 
 @dataclass
@@ -110,7 +110,7 @@ def hetdpt_plus_steps(*, budget: int, target_macs: float, finetune: dict[str, An
     hetdpt = {"budget": budget, "split": split, **({"preset": preset} if preset is not None else {}), **(hetdpt or {})}
     return [Step("hetdpt", hetdpt),
             Step("width", {"target_macs": target_macs, "convention": convention, **(width or {})}),
-            Step("finetune", finetune)]
+            Step("finetune", {"distill": "soft", **finetune})]
 
 
 @dataclass
@@ -126,19 +126,17 @@ class _Context:
     progress: bool
     resume: bool
     log: Callable[[str], None]
-    speed_batch: int
 
     def pipeline_options(self) -> dict[str, Any]:
         """The arguments every method's pipeline takes alike: its run directory, device, progress, log, resume."""
         return {"run_dir": self.step_dir, "device": self.device, "progress": self.progress, "log": self.log,
-                "resume": self.resume}
+                "resume": self.resume, "speed": _NO_SPEED}
 
 
 def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: list[Step], *, run_dir: str | Path,
               calibration_set: Dataset | None = None, device: torch.device | str | None = None,
               progress: bool = False, log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-              preset: str = "imagenet", speed_batch: int = 16, speed_pairs: int = 10,
-              onnx: bool = True) -> dict[str, Any]:
+              preset: str = "imagenet", speed: SpeedConfig = SpeedConfig(), onnx: bool = True) -> dict[str, Any]:
     """Run ``steps`` in order on a copy of ``model``; returns the report (also in ``run_dir/report.json``).
 
     ``model`` is the teacher of distilling fine-tune steps and the reference of the speed
@@ -167,8 +165,7 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
             records.append(read_json(step_dir / STEP_FILE))
             continue
         ctx = _Context(teacher=model, train_set=train_set, val_set=val_set, calibration_set=calibration_set,
-                       step_dir=step_dir, device=device, progress=progress, resume=resume, log=log,
-                       speed_batch=speed_batch)
+                       step_dir=step_dir, device=device, progress=progress, resume=resume, log=log)
         try:
             current, summary = stages.run(f"step {number}: {step.method}",
                                           lambda: _METHODS[step.method].run(current, config, ctx))
@@ -188,11 +185,10 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     save(current, run_dir / MODEL_DIR, metadata={"chain": chain})
     consistency = stages.run("check consistency", lambda: check_consistency(
         copy.deepcopy(current).cpu(), onnx=onnx).to_dict())
-    comparison = stages.run("measure speed", lambda: compare_speed(
-        current, model, batch_size=speed_batch, device=device, pairs=speed_pairs, warmup=2, progress=progress))
+    timing = time_against(stages, current, model, speed, device=device, progress=progress)
     report = {"steps": records, "top1": {"dense": records[0]["top1"], "final": records[-1]["top1"]},
               "dense": count_macs(model).totals(), "pruned": count_macs(current).totals(),
-              "mac_conventions": CONVENTIONS, "consistency": consistency, "speed": comparison.to_dict(),
+              "mac_conventions": CONVENTIONS, "consistency": consistency, "speed": timing,
               "seconds": stages.seconds, "chain": chain, "model_dir": str(run_dir / MODEL_DIR)}
     write_json(run_dir / REPORT_FILE, report)
     return report
@@ -297,7 +293,7 @@ def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.
 def _calibrated(run: Callable[..., dict[str, Any]], model: nn.Module, config: Any, ctx: _Context,
                 keys: tuple[str, ...]) -> tuple[nn.Module, dict]:
     """A pipeline that takes calibration images (VBP, STAR) run as a step: its saved model and its report's ``keys``."""
-    report = run(model, ctx.train_set, ctx.val_set, config=replace(config, speed_batch=ctx.speed_batch),
+    report = run(model, ctx.train_set, ctx.val_set, config=config,
                  calibration_set=ctx.calibration_set, **ctx.pipeline_options())
     return _saved(report, ctx), {k: report[k] for k in keys}
 
@@ -305,7 +301,7 @@ def _calibrated(run: Callable[..., dict[str, Any]], model: nn.Module, config: An
 def _vbp_config(settings: dict[str, Any], preset: str) -> Any:
     from vitprune.methods.vbp.pipeline import VBPConfig
 
-    config = _build(VBPConfig, settings, "vbp", fixed={"finetune": None}, defaults={"speed_pairs": _STEP_SPEED_PAIRS})
+    config = _build(VBPConfig, settings, "vbp", fixed={"finetune": None})
     config.validate()
     return config
 
@@ -320,7 +316,7 @@ def _star_config(settings: dict[str, Any], preset: str) -> Any:
     from vitprune.methods.star.pipeline import STARConfig
 
     # rho's default (0.7) gives way to a MAC target or hand-set rates.
-    defaults = {"speed_pairs": _STEP_SPEED_PAIRS} | ({"rho": None} if {"target_macs", "rates"} & set(settings) else {})
+    defaults = {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
     config = _build(STARConfig, settings, "star", fixed={"finetune": None}, defaults=defaults)
     config.validate()
     return config
@@ -333,10 +329,10 @@ def _star(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict
 
 
 def _hiap_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, Any]:
-    from vitprune.methods.hiap import HiAPConfig
+    from vitprune.methods.hiap import TRAIN_DEFAULTS, HiAPConfig
 
     train_settings, rest = _split(settings, {f.name for f in fields(TrainConfig)})
-    train = _build(TrainConfig, train_settings, "hiap", defaults={"warmup_epochs": 0.0})
+    train = _build(TrainConfig, train_settings, "hiap", defaults=TRAIN_DEFAULTS)
     config = _build(HiAPConfig, rest, "hiap")
     train.validate()
     config.validate()
@@ -347,8 +343,8 @@ def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> 
     from vitprune.methods.hiap import run_hiap
 
     train, config = configs
-    report = run_hiap(model, ctx.train_set, ctx.val_set, train=train, config=config, speed_batch=ctx.speed_batch,
-                      speed_pairs=_STEP_SPEED_PAIRS, **ctx.pipeline_options())
+    report = run_hiap(model, ctx.train_set, ctx.val_set, train=train, config=config,
+                      **ctx.pipeline_options())
     return _saved(report, ctx), {k: report[k] for k in ("heads", "neurons", "ffn_closed", "threshold")}
 
 
@@ -366,7 +362,7 @@ def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[in
     split = own.get("split", "auto")
     config = configure(own.get("preset", preset), probe_epochs=own.get("probe_epochs"),
                        search_epochs=own.get("search_epochs"), batch_size=own.get("batch_size"),
-                       **{"speed_pairs": _STEP_SPEED_PAIRS, **overrides})
+                       **overrides)
     config.finetune = None
     config.validate()
     return (own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))), config,
@@ -379,7 +375,7 @@ def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any, s
 
     budget, split, config, predictor = configs
     report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split, predictor=predictor,
-                        config=replace(config, speed_batch=ctx.speed_batch), **ctx.pipeline_options())
+                        config=config, **ctx.pipeline_options())
     return _saved(report, ctx), {k: report[k] for k in ("attention", "activation", "split")}
 
 
@@ -389,7 +385,7 @@ def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig
     own, train_settings = _split(settings, {"distill", "alpha", "tau"})
     train = _build(TrainConfig, train_settings, "finetune")
     train.validate()
-    own = {"distill": "soft", "alpha": 0.5, "tau": 1.0, **own}
+    own = {**FINETUNE_DISTILL, **own}
     if own["distill"] not in KINDS:
         raise VitpruneError(f"finetune step: unknown distill {own['distill']!r} (choose from: {', '.join(KINDS)})")
     return train, own
@@ -422,9 +418,9 @@ _METHODS: dict[str, _Method] = {
                      _width_config, _width),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp),
     "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star),
-    "hiap": _Method("TrainConfig's fields (epochs and lr required) and HiAPConfig's (target_macs, ...)",
+    "hiap": _Method("TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)",
                     _hiap_config, _hiap),
-    "finetune": _Method("TrainConfig's fields (epochs and lr required), distill (default soft), alpha, tau",
+    "finetune": _Method("TrainConfig's fields (epochs required), distill (default none), alpha, tau",
                         _finetune_config, _finetune),
 }
 #: Step methods and what their settings are.

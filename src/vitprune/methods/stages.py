@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
+from vitprune.measure import SpeedConfig, compare_speed
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 
 T = TypeVar("T")
@@ -33,6 +34,17 @@ class Stages:
         result = fn()
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
         return result
+
+
+def time_against(stages: Stages, pruned: nn.Module, original: nn.Module, speed: SpeedConfig, *,
+                 device: torch.device, progress: bool) -> dict[str, Any] | None:
+    """The ``measure speed`` stage: ``pruned`` timed against ``original`` in alternating pairs as ``speed`` says,
+    JSON-ready; ``None`` (and no stage) when ``speed`` is off."""
+    if not speed.enabled:
+        return None
+    return stages.run("measure speed", lambda: compare_speed(
+        pruned, original, batch_size=speed.batch_size, device=device, pairs=speed.pairs, warmup=speed.warmup,
+        progress=progress).to_dict())
 
 
 def prepare_run_dir(run_dir: str | Path, resume: bool) -> Path:

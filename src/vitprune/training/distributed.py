@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from vitprune.device import resolve_device
+from vitprune.device import AUTO, resolve_device
 from vitprune.errors import VitpruneError
 
 #: ``(count, mean, M2)``: sample count (a scalar or one per feature), per-feature mean and sum of squared deviations.
@@ -258,7 +258,7 @@ def _env_int(name: str, *, default: int) -> int:
 
 
 def _pick_device(device: str | None, local_rank: int) -> torch.device:
-    dev = resolve_device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = resolve_device(device if device is not None else AUTO)
     if dev.type != "cuda":
         return dev
     if dev.index is not None and dev.index != local_rank:

@@ -58,7 +58,7 @@ class TrainConfig:
     """Everything that determines a run's result (saved in each checkpoint and checked on resume)."""
 
     epochs: int
-    lr: float
+    lr: float = 5e-4
     batch_size: int = 64
     optimizer: str = "adamw"
     momentum: float = 0.9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from rich.console import Console
@@ -16,8 +17,14 @@ from vitprune.training.engine import TrainConfig, Trainer
 from vitprune.training.progress import training_progress
 
 
+#: The distillation settings of a fine-tune, by default: ``vitprune finetune`` and a chain's ``finetune`` step take
+#: theirs from here (distillation is asked for, since it needs a teacher).
+FINETUNE_DISTILL: dict[str, Any] = {"distill": "none", "alpha": 0.5, "tau": 1.0}
+
+
 def finetune_pruned(student: nn.Module, train_set: Dataset, val_set: Dataset | None, config: TrainConfig, *,
-                    teacher: nn.Module | None = None, distill: str = "none", alpha: float = 0.5, tau: float = 1.0,
+                    teacher: nn.Module | None = None, distill: str = FINETUNE_DISTILL["distill"],
+                    alpha: float = FINETUNE_DISTILL["alpha"], tau: float = FINETUNE_DISTILL["tau"],
                     run_dir: str | Path | None = None, device: torch.device | str | None = None,
                     dist: DistContext | None = None, progress: bool = False, resume: bool = False,
                     console: Console | None = None) -> list[dict]:

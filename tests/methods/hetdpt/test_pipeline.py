@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 
@@ -11,12 +12,15 @@ import torch
 import vitprune
 from vitprune.data import build_dataset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.hetdpt.pipeline import (
     MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, configure, parse_split,
     preset, run_hetdpt,
 )
 from vitprune.training import TrainConfig, evaluate
+
+#: The timing is not what these tests check; a short one keeps them fast.
+run_hetdpt = functools.partial(run_hetdpt, speed=SpeedConfig(batch_size=4, pairs=3))
 
 TINY = TrainConfig(epochs=1, lr=5e-4, batch_size=64)
 
@@ -28,7 +32,7 @@ def setting():
     size = vitprune.get_adapter(model).input_size
     train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
     config = replace(preset("digits"), probe=TINY, probe_images=256, te_images=64, sweep_layers=2,
-                     interleaved_rounds=1, search=TINY, finetune=TINY, speed_batch=4, speed_pairs=3)
+                     interleaved_rounds=1, search=TINY, finetune=TINY)
     return model, train, val, config
 
 
@@ -107,7 +111,7 @@ def test_bad_input_is_one_clear_error(setting, tmp_path, kwargs, message):
 
 def test_split_and_configure_parse_the_command_line():
     assert parse_split("auto") is None and parse_split("2,3") == (2, 3)
-    with pytest.raises(VitpruneError, match="--split takes 'auto' or two counts"):
+    with pytest.raises(VitpruneError, match="split takes 'auto' or two counts"):
         parse_split("2")
     config = configure("digits", epochs=3, batch_size=32, lr=1e-3, distill="hard", shortlist=4)
     assert config.finetune.epochs == 3 and config.finetune.lr == 1e-3

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.hiap import HiAPConfig, HiAPGates, budget_threshold, dense_cost, layer_shapes, train_gates
 from vitprune.methods.hiap import pipeline as hiap_pipeline
 from vitprune.methods.hiap.search import GATES_ATTR, HiAPTraining, gate_learning_rate, hardened_macs
@@ -161,8 +161,8 @@ def test_a_target_out_of_reach_is_one_line(setting):
 def test_pipeline_extracts_what_the_gates_decided(setting, tmp_path):
     model, train, val = setting
     report = hiap_pipeline.run_hiap(model, train, val, run_dir=tmp_path, train=TRAIN,
-                                    config=HiAPConfig(lambda_macro=3.0, lambda_micro=3.0), speed_batch=2,
-                                    speed_pairs=3)
+                                    config=HiAPConfig(lambda_macro=3.0, lambda_micro=3.0),
+                                    speed=SpeedConfig(batch_size=2, pairs=3))
     loaded = vitprune.load(tmp_path / hiap_pipeline.MODEL_DIR)
     assert count_macs(loaded).macs == report["pruned"]["macs_full"] == report["macs_predicted"]
     assert report["threshold"] == 0.0 and report["target_macs"] is None

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import functools
+
 import pytest
 import torch
 
 import vitprune
 from vitprune.data import build_dataset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.star import keep_rates
 from vitprune.methods.star import pipeline as star_pipeline
 from vitprune.methods.star.pipeline import (
@@ -18,6 +20,9 @@ from vitprune.methods.star.pipeline import (
 )
 from vitprune.surgery import token_pruning_blocks
 from vitprune.training import TrainConfig, evaluate
+
+#: The timing is not what these tests check; a short one keeps them fast.
+run_star = functools.partial(run_star, speed=SpeedConfig(batch_size=4, pairs=3))
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +33,7 @@ def setting():
     train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
     calibration = build_dataset("digits", "train", input_size=size, is_training=False)
     config = STARConfig(rho=0.5, alpha=0.3, acs_images=32, lrp_images=8, classes=2, finetune=None, mac_images=4,
-                        speed_batch=4, speed_pairs=3, anchor="minmax")
+                        anchor="minmax")
     return model, train, val, calibration, config
 
 

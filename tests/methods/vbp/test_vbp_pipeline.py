@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -11,13 +12,16 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.vbp import mlp_statistics, neuron_scores, prune_by_selection, select_neurons
 from vitprune.methods.vbp import pipeline as vbp_pipeline
 from vitprune.methods.vbp.pipeline import (
     MODEL_DIR, REPORT_FILE, SELECTION_FILE, STATISTICS_FILE, VBPConfig, load_statistics, run_vbp, save_statistics,
 )
 from vitprune.training import TrainConfig, evaluate
+
+#: The timing is not what these tests check; a short one keeps them fast.
+run_vbp = functools.partial(run_vbp, speed=SpeedConfig(batch_size=4, pairs=3))
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +31,7 @@ def setting():
     size = vitprune.get_adapter(model).input_size
     train, val = (build_dataset("digits", split, input_size=size) for split in ("train", "val"))
     calibration = build_dataset("digits", "train", input_size=size, is_training=False)
-    config = VBPConfig(ratio=0.5, calibration_images=128, finetune=None, speed_batch=4, speed_pairs=3)
+    config = VBPConfig(ratio=0.5, calibration_images=128, finetune=None)
     return model, train, val, calibration, config
 
 

@@ -29,13 +29,13 @@ from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hetdpt.collect import INTERLEAVED_ORDERS, collect_predictor_data
 from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
-from vitprune.methods.stages import Stages, prepare_run_dir
+from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import save
 from vitprune.surgery import (
     ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
@@ -84,9 +84,6 @@ class HetDPTConfig:
     tau: float = 1.0
     #: Stage 2 starts from the ``original`` weights (the reference code) or from the Step-2 ``search`` ones.
     init: str = "original"
-    # Measurement.
-    speed_batch: int = 16
-    speed_pairs: int = 10
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -113,7 +110,7 @@ def preset(name: str) -> HetDPTConfig:
             probe_images=512, te_images=128,
             search=TrainConfig(epochs=2, lr=5e-4, batch_size=64),
             finetune=TrainConfig(epochs=8, lr=5e-4, batch_size=64, warmup_epochs=1),
-            distill="soft", speed_batch=64, speed_pairs=10)
+            distill="soft")
     if name == "imagenet":
         return HetDPTConfig(
             probe=TrainConfig(epochs=10, lr=5e-5, batch_size=512, warmup_epochs=1),
@@ -122,7 +119,7 @@ def preset(name: str) -> HetDPTConfig:
             finetune=TrainConfig(epochs=400, lr=4e-4, min_lr=1e-5, batch_size=4096, warmup_epochs=10,
                                  weight_decay=0.08, mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
                                  ema_decay=0.99996),
-            distill="hard", speed_batch=256, speed_pairs=20)
+            distill="hard")
     raise VitpruneError(f"unknown HetDPT preset {name!r} (choose from: digits, imagenet)")
 
 
@@ -150,7 +147,7 @@ def parse_split(text: str) -> tuple[int, int] | None:
         return None
     parts = text.split(",")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise VitpruneError(f"--split takes 'auto' or two counts 'A,G' (attention, activation), got {text!r}")
+        raise VitpruneError(f"split takes 'auto' or two counts 'A,G' (attention, activation), got {text!r}")
     return int(parts[0]), int(parts[1])
 
 
@@ -173,7 +170,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
                split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
                device: torch.device | str | None = None, progress: bool = False,
                log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-               predictor: str | Path | None = None) -> dict[str, Any]:
+               predictor: str | Path | None = None, speed: SpeedConfig = SpeedConfig()) -> dict[str, Any]:
     """Remove ``budget`` layers (attention + activation) from a copy of ``model`` the HetDPT way; returns the report.
 
     ``split`` fixes how many of each type (attention, activation); ``None`` lets the predictor
@@ -210,16 +207,14 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
         k: selection[k] for k in ("attention", "activation")}}})
 
     footprint = {name: count_macs(m).totals() for name, m in (("dense", model), ("pruned", pruned))}
-    comparison = stages.run("measure speed", lambda: compare_speed(
-        pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
-        progress=progress))
+    timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
     report = {
         "budget": budget, "split": {"attention": split[0], "activation": split[1],
                                     "chosen_by": "predictor" if step1 is not None else "user"},
         "attention": selection["attention"], "activation": selection["activation"],
         "merged_blocks": recovery.pop("merged_blocks"), "predictor": step1, "selection": selection,
         "top1": {"dense": dense_top1, **recovery},
-        **footprint, "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(),
+        **footprint, "mac_conventions": CONVENTIONS, "speed": timing,
         "seconds": stages.seconds, "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
     }
     write_json(run_dir / REPORT_FILE, report)

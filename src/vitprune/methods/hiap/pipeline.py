@@ -27,14 +27,14 @@ from torch.utils.data import Dataset
 
 from vitprune.atomic import atomic_file, write_json
 from vitprune.data import build_loader
-from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.methods.hiap.plots import plot_architecture
 from vitprune.methods.hiap.search import (
     HiAPConfig, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
-from vitprune.methods.stages import Stages, prepare_run_dir
+from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import save
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.engine import METRICS_FILE
@@ -42,11 +42,15 @@ from vitprune.training.engine import METRICS_FILE
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", "model"
 PLOT_FILE, REPORT_FILE = "architecture.png", "report.json"
 
+#: HiAP's training settings besides the epochs, by default (the paper's: AdamW at 5e-5, batch 256, no
+#: warm-up); ``vitprune prune hiap`` and a chain's ``hiap`` step take theirs from here.
+TRAIN_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "batch_size": 256, "warmup_epochs": 0.0}
+
 
 def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path, train: TrainConfig,
              config: HiAPConfig | None = None, device: torch.device | str | None = None, progress: bool = False,
              log: Callable[[str], None] = lambda _msg: None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
-             resume: bool = False, speed_batch: int = 16, speed_pairs: int = 10,
+             resume: bool = False, speed: SpeedConfig = SpeedConfig(),
              budget_tolerance: float = 0.02) -> dict[str, Any]:
     """HiAP on a copy of ``model``: train it with its gates for ``train``'s epochs, extract it; returns the report.
 
@@ -88,11 +92,10 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     save(work, run_dir / MODEL_DIR, metadata={"hiap": summary})
     plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} M MACs "
                                                          f"(dense {dense_macs.macs / 1e6:.2f} M)")
-    comparison = stages.run("measure speed", lambda: compare_speed(
-        work, model, batch_size=speed_batch, device=device, pairs=speed_pairs, warmup=2, progress=progress))
+    timing = time_against(stages, work, model, speed, device=device, progress=progress)
     report = {
         **summary, "layers": layers, "top1": top1, "dense": dense_macs.totals(), "pruned": count_macs(work).totals(),
-        "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(), "seconds": stages.seconds,
+        "mac_conventions": CONVENTIONS, "speed": timing, "seconds": stages.seconds,
         "config": config.to_dict(), "train": asdict(train), "history": [
             {k: v for k, v in h.items() if k != "layers"} for h in history],
         "model_dir": str(run_dir / MODEL_DIR), "plot": str(run_dir / PLOT_FILE),

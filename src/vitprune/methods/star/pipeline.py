@@ -29,8 +29,8 @@ from torch.utils.data import Dataset
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention
+from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention, time_against
 from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.schedule import (
     ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
@@ -74,8 +74,6 @@ class STARConfig:
     tau: float = 1.0
     #: Validation images the a-STAR MAC average is taken over (its cost depends on the image).
     mac_images: int = 64
-    speed_batch: int = 16
-    speed_pairs: int = 10
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -84,7 +82,7 @@ class STARConfig:
     def validate(self) -> None:
         """Fail at once, before any pass over data, on a setting a later stage would reject."""
         if sum(x is not None for x in (self.rho, self.target_macs, self.rates)) != 1:
-            raise VitpruneError("give exactly one of rho (--rho), a MAC target (--macs) and per-block rates (--rates)")
+            raise VitpruneError("give exactly one of rho, target_macs (MACs; --macs in GMACs) and rates (per-block keep rates)")
         if self.rates is not None and not all(0 < r <= 1 for r in self.rates):
             raise VitpruneError(f"keep rates must be in (0, 1], got {self.rates}")
         if self.rho is not None and not 0 < self.rho <= 1:
@@ -104,7 +102,8 @@ class STARConfig:
 def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
              config: STARConfig | None = None, calibration_set: Dataset | None = None,
              device: torch.device | str | None = None, progress: bool = False,
-             log: Callable[[str], None] = lambda _msg: None, resume: bool = False) -> dict[str, Any]:
+             log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
+             speed: SpeedConfig = SpeedConfig()) -> dict[str, Any]:
     """Token-prune a copy of ``model`` the STAR way, optionally fine-tune it; returns the report.
 
     The ACS and the LRP prior come from ``calibration_set`` (default ``train_set``; the CLI passes
@@ -155,14 +154,12 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         progress=progress, resume=resume)}
     save(pruned, run_dir / MODEL_DIR, metadata={"star": {"rho": rho, "alpha": config.alpha,
                                                          "adaptive": config.adaptive, "keep_rates": rates}})
-    comparison = stages.run("measure speed", lambda: compare_speed(
-        pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
-        progress=progress))
+    timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
     report = {
         "rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates, "acs": acs,
         "top1": top1, "retention": retention(top1),
         "dense": count_macs(model).totals(), "pruned": _footprint(pruned, val_set, config),
-        "mac_conventions": CONVENTIONS, "speed": comparison.to_dict(), "seconds": stages.seconds,
+        "mac_conventions": CONVENTIONS, "speed": timing, "seconds": stages.seconds,
         "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
     }
     write_json(run_dir / REPORT_FILE, report)

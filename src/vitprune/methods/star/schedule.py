@@ -74,7 +74,7 @@ def keep_rates(acs: list[float], rho: float, *, anchor: str = "paper") -> list[f
     lo, hi = (acs[0], acs[-1]) if anchor == "paper" else (min(acs), max(acs))
     if hi <= lo:
         raise VitpruneError(f"the ACS anchors do not increase ({lo:.4f} -> {hi:.4f}): no schedule can be drawn; "
-                            "try --anchor minmax")
+                            "try anchor 'minmax' (--anchor minmax)")
     return [min(1.0, max(rho, 1 - (1 - rho) * (a - lo) / (hi - lo))) for a in acs]
 
 

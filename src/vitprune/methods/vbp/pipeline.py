@@ -28,8 +28,8 @@ from torch.utils.data import Dataset
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, compare_speed, count_macs
-from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention
+from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention, time_against
 from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
 from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
@@ -65,8 +65,6 @@ class VBPConfig:
     #: Weight of the distillation term; 1 is pure distillation (the note's reading of the paper's KD).
     alpha: float = 1.0
     tau: float = 1.0
-    speed_batch: int = 16
-    speed_pairs: int = 10
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -93,7 +91,8 @@ class VBPConfig:
 def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
             config: VBPConfig | None = None, calibration_set: Dataset | None = None,
             device: torch.device | str | None = None, progress: bool = False,
-            log: Callable[[str], None] = lambda _msg: None, resume: bool = False) -> dict[str, Any]:
+            log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
+            speed: SpeedConfig = SpeedConfig()) -> dict[str, Any]:
     """Prune a copy of ``model`` the VBP way (or by a baseline criterion), optionally fine-tune it; returns the report.
 
     Statistics and scores come from ``calibration_set`` (default ``train_set``; the CLI passes the
@@ -135,14 +134,12 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
 
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
-    comparison = stage("measure speed", lambda: compare_speed(
-        pruned, model, batch_size=config.speed_batch, device=device, pairs=config.speed_pairs, warmup=2,
-        progress=progress))
+    timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
     report = {
         **summary, "widths": widths["pruned"], "widths_dense": widths["dense"], "top1": top1,
         "retention": retention(top1),
         "dense": count_macs(model).totals(), "pruned": count_macs(pruned).totals(), "mac_conventions": CONVENTIONS,
-        "speed": comparison.to_dict(), "seconds": stages.seconds, "config": config.to_dict(),
+        "speed": timing, "seconds": stages.seconds, "config": config.to_dict(),
         "model_dir": str(run_dir / MODEL_DIR),
     }
     write_json(run_dir / REPORT_FILE, report)

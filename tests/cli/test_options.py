@@ -1,0 +1,104 @@
+"""The options every command shares: each command has its groups, each group option has one definition (default,
+help, flags) wherever it appears, and a chain step defaults as its command does."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import pytest
+import typer
+
+from vitprune.cli import app
+from vitprune.cli.options import DATA_GROUP, MODEL_GROUP, SPEED_GROUP
+from vitprune.measure import SpeedConfig
+from vitprune.methods.chain import Step, check_chain
+
+
+def _commands(command, path=()) -> dict[tuple[str, ...], object]:
+    subs = getattr(command, "commands", None)
+    if subs is None:
+        return {path: command}
+    return {p: c for name, sub in subs.items() for p, c in _commands(sub, (*path, name)).items()}
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+PRUNE = {path for path in COMMANDS if path[0] == "prune"}
+ANALYZE = {path for path in COMMANDS if path[0] == "analyze"}
+
+#: Which commands take each group, and the options of it a command leaves out (with the reason in the README).
+GROUPS = {
+    "model": (MODEL_GROUP, {("eval",), ("finetune",), ("export",), ("chain",), ("bench",), *PRUNE, *ANALYZE},
+              {("export",): {"--device"},  # the export and its onnxruntime check run on the CPU
+               ("bench",): {"--pretrained", "--checkpoint"}}),  # timing needs no weights: none are loaded
+    "speed": (SPEED_GROUP, {("bench",), ("export",), ("demo",), ("chain",), *PRUNE},
+              {("bench",): {"--speed"}}),  # bench is the measurement: there is nothing to switch off
+    "data": (DATA_GROUP, {path for path, command in COMMANDS.items()
+                          if any("--data" in param.opts for param in command.params)}, {}),
+}
+
+
+def _options(command) -> dict[str, object]:
+    """Each option of ``command`` under its first long name (``--speed`` for ``--speed/--no-speed``)."""
+    return {param.opts[0]: param for param in command.params if param.opts and param.opts[0].startswith("--")}
+
+
+def test_the_matrix_names_every_command():
+    assert len(COMMANDS) >= 17 and ("prune", "hiap") in PRUNE and ("analyze", "recovery") in ANALYZE
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_command_has_exactly_its_groups(path):
+    have = set(_options(COMMANDS[path]))
+    for name, (group, commands, left_out) in GROUPS.items():
+        expected = set(group) - left_out.get(path, set()) if path in commands else set()
+        assert have & set(group) == expected, f"{' '.join(path)}: {name} group"
+
+
+@pytest.mark.parametrize("option", [*MODEL_GROUP, *SPEED_GROUP, *DATA_GROUP])
+def test_a_group_option_has_one_definition(option):
+    forms = {(repr(p.default), p.help, tuple(p.secondary_opts))
+             for command in COMMANDS.values() if (p := _options(command).get(option)) is not None}
+    assert len(forms) == 1, forms
+
+
+def test_speed_defaults_are_the_speed_config():
+    speed = _options(COMMANDS[("chain",)])
+    default = SpeedConfig()
+    assert (speed["--speed"].default, speed["--speed-batch"].default, speed["--repeats"].default) == (
+        default.enabled, default.batch_size, default.pairs)
+    assert _options(COMMANDS[("eval",)])["--device"].default == "auto"
+
+
+def _default(param) -> object:
+    return param.default.value if isinstance(param.default, Enum) else param.default
+
+
+#: CLI options that are named otherwise in a chain step (same meaning, same unit).
+RENAMED = {"mixup": "mixup_alpha", "cutmix": "cutmix_alpha"}
+
+
+def _step_defaults(method: str, required: dict) -> dict[str, object]:
+    """What a chain step of ``method`` resolves its settings to when given only ``required``."""
+    resolved = check_chain([Step(method, required)], "digits")[0]
+    parts = resolved if isinstance(resolved, tuple) else (resolved,)
+    values: dict[str, object] = {}
+    for part in parts:
+        values |= part if isinstance(part, dict) else vars(part)
+    return values
+
+
+@pytest.mark.parametrize("method, command, required, not_in_chain", [
+    ("finetune", ("finetune",), {"epochs": 1}, {"teacher"}),
+    ("hiap", ("prune", "hiap"), {"epochs": 1}, set()),
+    ("vbp", ("prune", "vbp"), {"ratio": 0.5}, {"lr", "batch_size", "distill", "alpha", "tau"}),  # its fine-tune
+    ("star", ("prune", "star"), {"rho": 0.5}, {"lr", "batch_size", "distill", "rho"}),  # is a chain's own step
+])
+def test_a_chain_step_defaults_as_its_command(method, command, required, not_in_chain):
+    step = _step_defaults(method, required)
+    compared = 0
+    for param in COMMANDS[command].params:
+        key = RENAMED.get(param.name, param.name)
+        if key in step and param.name not in not_in_chain and key not in required:
+            assert step[key] == _default(param), f"{method} step's {key} vs --{param.name.replace('_', '-')}"
+            compared += 1
+    assert compared >= 3
