@@ -25,8 +25,10 @@ def test_sigint_on_finetune_exits_130_and_the_printed_command_finishes_the_run(t
     args = ["finetune", str(tmp_path / "model"), "--data", "digits", "--epochs", "8", "--checkpoint-every", "5",
             "--out", str(out)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
+    # A foreground run: under a shell's background job (`pytest &`) SIGINT arrives ignored, and Python keeps it so.
     proc = subprocess.Popen([sys.executable, "-m", "vitprune", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out / "checkpoint").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
