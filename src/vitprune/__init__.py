@@ -1,7 +1,6 @@
 """vitprune: turn a trained vision transformer into a physically smaller, measurably faster one."""
 
-__version__ = "0.1.0"
-
+from vitprune.version import __version__  # noqa: E402
 from vitprune import surgery  # noqa: E402,F401  (registers the edits that recipes replay)
 from vitprune.adapters import get_adapter  # noqa: E402
 from vitprune.errors import VitpruneError  # noqa: E402

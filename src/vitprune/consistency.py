@@ -21,7 +21,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.export import dynamic_structure, export_onnx, onnx_missing
 from vitprune.measure import FLOP_COUNTER_REFERENCE, count_macs, flop_counter_macs, value_padding_macs
-from vitprune.models.factory import build_base
+from vitprune.recipe import build_base
 from vitprune.recipe import get_recipe, load, save
 from vitprune.recipe.edits import replay
 

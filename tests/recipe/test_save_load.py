@@ -20,7 +20,7 @@ from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
 
 import vitprune
 from vitprune.errors import RecipeError, VitpruneError
-from vitprune.models.factory import build_base
+from vitprune.recipe import build_base
 from vitprune.recipe import RECIPE_FILE, WEIGHTS_FILE, Recipe, replay
 from vitprune.surgery import prune_heads, prune_mlp_neurons
 

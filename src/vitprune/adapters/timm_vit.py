@@ -11,7 +11,7 @@ from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
 from vitprune.errors import UnsupportedArchitectureError
-from vitprune.surgery.linear import slice_linear
+from vitprune.linear import slice_linear
 from vitprune.layers import Gate, GatedLayer
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import timm
 import torch
 
-import vitprune
+from vitprune.version import __version__
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int, *
         cpu_count=os.cpu_count(),
         torch=torch.__version__,
         timm=timm.__version__,
-        vitprune=vitprune.__version__,
+        vitprune=__version__,
         python=platform.python_version(),
         platform=platform.platform(),
         cuda=torch.version.cuda if device.type == "cuda" else None,

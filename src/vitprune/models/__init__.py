@@ -2,11 +2,10 @@
 
 from vitprune.models.factory import (
     VITPRUNE_MODELS,
-    build_base,
     create_model,
     load_checkpoint,
     original_model,
     resolve_model,
 )
 
-__all__ = ["VITPRUNE_MODELS", "build_base", "create_model", "load_checkpoint", "original_model", "resolve_model"]
+__all__ = ["VITPRUNE_MODELS", "create_model", "load_checkpoint", "original_model", "resolve_model"]

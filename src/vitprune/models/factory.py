@@ -14,23 +14,28 @@ from torch import nn
 
 from vitprune.errors import RecipeError, VitpruneError
 from vitprune.models.digits import build_digits_vit
-from vitprune.recipe import BaseModel, Recipe, check_state_dict, load, require_recipe, set_recipe
+from vitprune.recipe import (
+    BaseModel, Recipe, build_base, check_state_dict, load, register_base, require_recipe, set_recipe,
+)
 
 #: Models vitprune defines itself, by the name a command takes (``source="vitprune"`` in recipes).
 VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {"digits-vit": build_digits_vit}
 
 
-def build_base(base: BaseModel) -> nn.Module:
-    """The base architecture of a recipe, randomly initialised (never downloads)."""
-    if base.source == "timm":
-        if not timm.is_model(base.name):
-            raise RecipeError(f"recipe names timm model {base.name!r}, which this timm ({timm.__version__}) lacks")
-        return timm.create_model(base.name, pretrained=False, **base.kwargs)
-    if base.source == "vitprune":
-        if base.name not in VITPRUNE_MODELS:
-            raise RecipeError(f"recipe names vitprune model {base.name!r}, which this vitprune lacks")
-        return VITPRUNE_MODELS[base.name](**base.kwargs)
-    raise RecipeError(f"recipe has unknown base source {base.source!r}")
+def _build_timm(base: BaseModel) -> nn.Module:
+    if not timm.is_model(base.name):
+        raise RecipeError(f"recipe names timm model {base.name!r}, which this timm ({timm.__version__}) lacks")
+    return timm.create_model(base.name, pretrained=False, **base.kwargs)
+
+
+def _build_own(base: BaseModel) -> nn.Module:
+    if base.name not in VITPRUNE_MODELS:
+        raise RecipeError(f"recipe names vitprune model {base.name!r}, which this vitprune lacks")
+    return VITPRUNE_MODELS[base.name](**base.kwargs)
+
+
+register_base("timm", _build_timm)
+register_base("vitprune", _build_own)
 
 
 def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,

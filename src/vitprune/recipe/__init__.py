@@ -1,7 +1,9 @@
 """Recipes (base model + ordered edits) and portable, pickle-free saves."""
 
 from vitprune.recipe.edits import apply_edit, register_edit, registered_edits, replay
-from vitprune.recipe.io import RECIPE_FILE, WEIGHTS_FILE, check_state_dict, load, read_document, save
+from vitprune.recipe.io import (
+    RECIPE_FILE, WEIGHTS_FILE, build_base, check_state_dict, load, read_document, register_base, save,
+)
 from vitprune.recipe.recipe import (
     RECIPE_FORMAT,
     RECIPE_VERSION,
@@ -16,6 +18,7 @@ from vitprune.recipe.recipe import (
 
 __all__ = [
     "RECIPE_FILE", "RECIPE_FORMAT", "RECIPE_VERSION", "WEIGHTS_FILE", "BaseModel", "Edit", "Recipe", "apply_edit",
-    "check_state_dict", "get_recipe", "load", "read_document", "register_edit", "registered_edits", "replay",
+    "build_base", "check_state_dict", "get_recipe", "load", "read_document", "register_base", "register_edit",
+    "registered_edits", "replay",
     "require_recipe", "save", "set_recipe", "track",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import safetensors
@@ -17,11 +18,11 @@ import timm
 import torch
 from torch import nn
 
-import vitprune
 from vitprune.atomic import atomic_directory
 from vitprune.errors import RecipeError, VitpruneError
 from vitprune.recipe.edits import replay
-from vitprune.recipe.recipe import Recipe, require_recipe, set_recipe
+from vitprune.recipe.recipe import BaseModel, Recipe, require_recipe, set_recipe
+from vitprune.version import __version__
 
 RECIPE_FILE = "recipe.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -39,7 +40,7 @@ def save(model: nn.Module, directory: str | os.PathLike, *, metadata: dict[str, 
     document = {
         **recipe.to_dict(),
         "metadata": metadata or {},
-        "software": {"vitprune": vitprune.__version__, "torch": torch.__version__, "timm": timm.__version__},
+        "software": {"vitprune": __version__, "torch": torch.__version__, "timm": timm.__version__},
     }
     with atomic_directory(target) as tmp:
         (tmp / RECIPE_FILE).write_text(json.dumps(document, indent=2) + "\n")
@@ -63,10 +64,25 @@ def read_document(directory: str | os.PathLike) -> dict[str, Any]:
     return document
 
 
+#: How the base of a recipe is built, by its source (``"timm"``, ``"vitprune"``). The model factory registers
+#: them, so that this layer below it need not import it.
+_BASE_BUILDERS: dict[str, Callable[[BaseModel], nn.Module]] = {}
+
+
+def register_base(source: str, build: Callable[[BaseModel], nn.Module]) -> None:
+    """Build recipe bases whose source is ``source`` with ``build`` (randomly initialised; never downloading)."""
+    _BASE_BUILDERS[source] = build
+
+
+def build_base(base: BaseModel) -> nn.Module:
+    """The base architecture of a recipe, randomly initialised (never downloads)."""
+    if base.source not in _BASE_BUILDERS:
+        raise RecipeError(f"recipe has unknown base source {base.source!r}")
+    return _BASE_BUILDERS[base.source](base)
+
+
 def load(directory: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> nn.Module:
     """Rebuild a saved model: base architecture, replayed edits, then the saved weights (eval mode)."""
-    from vitprune.models.factory import build_base  # the factory imports this module's save/load
-
     path = Path(directory)
     recipe = Recipe.from_dict(read_document(path))
     model = build_base(recipe.base)

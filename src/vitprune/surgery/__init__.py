@@ -5,7 +5,7 @@ from vitprune.surgery.depth import (
     remaining_layers, remove_activation, remove_attention,
 )
 from vitprune.surgery.depth_gates import DepthGates, add_depth_gates, prune_gated, remove_depth_gates
-from vitprune.surgery.linear import check_indices, merge_linears, slice_linear
+from vitprune.linear import check_indices, merge_linears, slice_linear
 from vitprune.surgery.tokens import prune_tokens, set_token_prior, token_pruning_blocks
 from vitprune.surgery.width import (
     compensate_mean_shift, prune_attention_dims, prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons,

@@ -17,7 +17,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.recipe.edits import register_edit
-from vitprune.surgery.linear import fold_input_affine, merge_linears
+from vitprune.linear import fold_input_affine, merge_linears
 
 #: What a removed attention sublayer leaves in its residual branch.
 ATTENTION_IDENTITIES: dict[str, str] = {

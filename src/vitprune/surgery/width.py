@@ -15,7 +15,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.adapters.timm_blocks import VariableHeadAttention
 from vitprune.recipe.edits import register_edit
-from vitprune.surgery.linear import check_indices, slice_linear
+from vitprune.linear import check_indices, slice_linear
 
 
 @register_edit("prune_heads")

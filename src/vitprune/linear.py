@@ -1,4 +1,4 @@
-"""Exact operations on ``nn.Linear`` layers, shared by every surgery."""
+"""Exact operations on ``nn.Linear`` layers (slice, merge, fold), shared by adapters and every surgery."""
 
 from __future__ import annotations
 

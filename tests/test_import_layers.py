@@ -1,0 +1,119 @@
+"""Layers import downward only, and no module imports itself back at import time (docs/development.md, "Layers").
+
+Read from the source, not by importing: every ``import vitprune...`` statement counts, those inside functions
+too (a lazy import that goes upward is still an upward dependency); only ``if TYPE_CHECKING:`` blocks are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: Each top-level part of the package and its layer: a part imports only parts of lower layers (and itself).
+#: ``training`` is the engine the methods call (fine-tuning after pruning): it knows no method.
+LAYERS = {
+    "errors": 0, "version": 0,
+    **dict.fromkeys(("atomic", "device", "cache", "layers", "linear"), 1),
+    **dict.fromkeys(("plotting", "data", "recipe", "adapters"), 2),
+    **dict.fromkeys(("surgery", "measure", "export", "training"), 3),
+    "consistency": 4, "models": 4,
+    "methods": 5,
+    "cli": 6, "vitprune": 6,  # "vitprune": the package's own __init__, the facade of the Python API
+    "__main__": 7,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in sorted((SRC / "vitprune").rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    """The vitprune modules ``path`` imports (``from vitprune.x import name`` counts as ``vitprune.x.name`` where
+    that is a module, else as ``vitprune.x``)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, top: bool) -> None:
+        if _is_type_checking(node):
+            return
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in MODULES else node.module
+                       for alias in node.names]
+        found.update(t for t in targets if t.split(".")[0] == "vitprune")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and top_level_only:
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, top)
+
+    visit(ast.parse(path.read_text()), True)
+    return {name for name in found if name in MODULES}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "vitprune"
+
+
+def test_every_part_has_a_layer():
+    assert {_part(module) for module in MODULES} == set(LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_downward_only(module):
+    mine = LAYERS[_part(module)]
+    upward = sorted(imported for imported in _imports(MODULES[module], top_level_only=False)
+                    if _part(imported) != _part(module) and LAYERS[_part(imported)] >= mine)
+    assert not upward, f"{module} (layer {mine}) imports {upward}"
+
+
+def test_no_import_cycles():
+    graph = {module: _imports(path, top_level_only=True) - {module} for module, path in MODULES.items()}
+    cycles = _cycles(graph)
+    assert not cycles, cycles
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
