@@ -36,7 +36,8 @@ def setting():
 
 def _run(setting, steps, run_dir, **kwargs):
     model, train, val = setting
-    return run_chain(model, train, val, steps, run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3), onnx=False, **kwargs)
+    return run_chain(model, train, val, steps, run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3), onnx=False,
+                     **kwargs)
 
 
 FOUR_STEPS = [

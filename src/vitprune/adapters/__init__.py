@@ -12,15 +12,25 @@ from vitprune.errors import UnsupportedArchitectureError
 ADAPTERS: list[type[ViTAdapter]] = [TimmViTAdapter]
 
 
-def get_adapter(model: nn.Module) -> ViTAdapter:
-    """The adapter for ``model``; raises :class:`UnsupportedArchitectureError` if no family matches."""
+def find_adapter(model: nn.Module) -> ViTAdapter | None:
+    """The adapter for ``model``, or ``None`` where no family matches (a module that is not a ViT)."""
     for cls in ADAPTERS:
         if cls.matches(model):
             return cls(model)
+    return None
+
+
+def get_adapter(model: nn.Module) -> ViTAdapter:
+    """The adapter for ``model``; raises :class:`UnsupportedArchitectureError` if no family matches."""
+    adapter = find_adapter(model)
+    if adapter is not None:
+        return adapter
     families = ", ".join(cls.family for cls in ADAPTERS)
     raise UnsupportedArchitectureError(
         f"unsupported architecture: {type(model).__name__} is not a supported vision transformer (supported: {families})"
     )
 
 
-__all__ = ["ADAPTERS", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "get_adapter"]
+__all__ = [
+    "ADAPTERS", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
+]

@@ -37,6 +37,8 @@ class AttentionView:
     #: Value width of each head where heads differ (HiAP's extraction); ``None``: every head has
     #: ``head_dim`` values, and ``qkv`` is the uniform ``[q | k | v]`` layout.
     value_dims: tuple[int, ...] | None = None
+    #: Whether queries and keys are normalised over the head dimension (which then cannot lose dimensions).
+    qk_norm: bool = False
 
     @property
     def attn_dim(self) -> int:
@@ -108,6 +110,12 @@ class ViTAdapter(ABC):
 
     #: Short family name, recorded in recipes and shown in reports.
     family: str = ""
+    #: The modules that define the family's classes; nothing outside ``adapters/`` and the model factory imports
+    #: them (``tests/adapters/test_boundary.py``).
+    family_modules: tuple[str, ...] = ()
+    #: Attribute names only the family's modules have (the views' own names, such as ``attn`` or ``fc1``, are
+    #: not among them); nothing outside ``adapters/`` and the model factory reads them.
+    family_attributes: frozenset[str] = frozenset()
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -140,6 +148,16 @@ class ViTAdapter(ABC):
     @abstractmethod
     def input_size(self) -> tuple[int, int, int]:
         """Expected input as (channels, height, width)."""
+
+    @property
+    @abstractmethod
+    def num_classes(self) -> int:
+        """Classes the classifier heads predict."""
+
+    def set_distillation_split(self, on: bool) -> bool:
+        """Make a model with a distillation head return (class, distillation) logits in training mode (``on``), or
+        their mean; returns whether it has such a head (by default none, and nothing changes)."""
+        return False
 
     @abstractmethod
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,6 +220,11 @@ class ViTAdapter(ABC):
         """Install ``module`` as the attention of block ``index``: the unwrapped attention, or a gate around it."""
 
     @abstractmethod
+    def set_value_dims(self, index: int, qkv: nn.Linear, proj: nn.Linear, value_dims: list[int]) -> None:
+        """Install heads of uneven value widths in block ``index``: ``qkv`` holds every kept head's full query
+        and key rows, then ``value_dims[h]`` value rows per head; ``proj`` reads the concatenated values."""
+
+    @abstractmethod
     def set_activation(self, index: int, act: nn.Module) -> None:
         """Install ``act`` as the MLP activation of block ``index`` (for instance a gate around the original)."""
 
@@ -222,6 +245,10 @@ class ViTAdapter(ABC):
         [CLS] attention; prior: a per-position table, ones until a method sets it). ``adaptive``
         keeps, per image, the fewest top patches holding ``keep_rate`` of the normalised score.
         """
+
+    @abstractmethod
+    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
+        """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
 
     @property
     def num_patches(self) -> int:

@@ -10,7 +10,7 @@ from torch import nn
 from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
-from vitprune.errors import UnsupportedArchitectureError
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.linear import slice_linear
 from vitprune.layers import Gate, GatedLayer
 
@@ -100,6 +100,13 @@ class TimmViTAdapter(ViTAdapter):
     """
 
     family = "timm-vit"
+    family_modules = ("timm.models", "timm.layers", "vitprune.adapters.timm_vit", "vitprune.adapters.timm_blocks")
+    family_attributes = frozenset({
+        "patch_embed", "cls_token", "dist_token", "reg_token", "num_reg_tokens", "pos_embed", "pos_drop",
+        "patch_drop", "norm_pre", "fc_norm", "head_dist", "head_drop", "attn_pool", "global_pool", "has_class_token",
+        "no_embed_class", "distilled_training", "set_distilled_training", "forward_features", "forward_head",
+        "q_norm", "k_norm", "attn_drop", "proj_drop", "fused_attn", "drop1", "drop2", "keep_rate", "inter",
+    })
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -123,7 +130,8 @@ class TimmViTAdapter(ViTAdapter):
         act, act_gate = _unwrap(m.act)
         attn = None if a is None else AttentionView(
             module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads, head_dim=a.head_dim, gate=attn_gate,
-            value_dims=tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None)
+            value_dims=tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None,
+            qk_norm=not (isinstance(a.q_norm, nn.Identity) and isinstance(a.k_norm, nn.Identity)))
         return BlockView(
             index=index,
             name=f"blocks.{index}",
@@ -144,6 +152,16 @@ class TimmViTAdapter(ViTAdapter):
     @property
     def embed_dim(self) -> int:
         return self.model.embed_dim
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    def set_distillation_split(self, on: bool) -> bool:
+        if not hasattr(self.model, "set_distilled_training"):  # timm's distilled DeiT has it
+            return False
+        self.model.set_distilled_training(on)
+        return True
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -255,6 +273,10 @@ class TimmViTAdapter(ViTAdapter):
         block.attn = module
         self._skip_constant(index)
 
+    def set_value_dims(self, index: int, qkv: nn.Linear, proj: nn.Linear, value_dims: list[int]) -> None:
+        attn = self.model.blocks[index].attn
+        self.set_attention_module(index, VariableHeadAttention(attn, qkv=qkv, proj=proj, value_dims=value_dims))
+
     def set_activation(self, index: int, act: nn.Module) -> None:
         mlp = self.model.blocks[index].mlp
         if isinstance(mlp.fc2, nn.Identity):
@@ -322,3 +344,13 @@ class TimmViTAdapter(ViTAdapter):
         self.model.blocks[index] = TokenPruneBlock(block, num_prefix_tokens=self.num_prefix_tokens,
                                                    num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha,
                                                    adaptive=adaptive)
+
+    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
+        block = self.model.blocks[index]
+        if not isinstance(block, TokenPruneBlock):
+            raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
+        if prior.shape != block.inter.shape:
+            raise VitpruneError(f"block {index}: a prior of shape {tuple(prior.shape)} for {block.inter.numel()} "
+                                "patches")
+        with torch.no_grad():
+            block.inter.copy_(prior.to(block.inter))

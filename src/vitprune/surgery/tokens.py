@@ -2,7 +2,7 @@
 
 A pruned block keeps the prefix tokens ([CLS], distillation, registers) and the top
 ``ceil(keep_rate · n)`` of the ``n`` patch tokens entering it, ranked by the fusion of its own
-[CLS] attention and a per-position prior (:class:`vitprune.adapters.timm_blocks.TokenPruneBlock`).
+[CLS] attention and a per-position prior (the adapter's token-pruning block).
 The prior is a buffer, so it travels in the weights file; the edit records the rate and ``alpha``.
 A keep rate of 1 keeps every token and changes nothing (static mode).
 """
@@ -13,8 +13,6 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.adapters.timm_blocks import TokenPruneBlock
-from vitprune.errors import VitpruneError
 from vitprune.recipe.edits import register_edit
 
 
@@ -38,18 +36,11 @@ def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 
     adapter.set_token_pruning(block, keep_rate, alpha, adaptive)
 
 
-def token_pruning_blocks(model: nn.Module) -> dict[int, TokenPruneBlock]:
+def token_pruning_blocks(model: nn.Module) -> dict[int, nn.Module]:
     """The blocks that prune tokens, by index."""
-    return {i: b for i, b in enumerate(get_adapter(model).model.blocks) if isinstance(b, TokenPruneBlock)}
+    return {view.index: view.module for view in get_adapter(model).blocks() if view.token_keep_rate is not None}
 
 
 def set_token_prior(model: nn.Module, block: int, prior: torch.Tensor) -> None:
     """Install the per-position prior (one positive score per original patch position) of pruning block ``block``."""
-    blocks = token_pruning_blocks(model)
-    if block not in blocks:
-        raise VitpruneError(f"block {block} does not prune tokens; apply prune_tokens first")
-    buffer = blocks[block].inter
-    if prior.shape != buffer.shape:
-        raise VitpruneError(f"block {block}: a prior of shape {tuple(prior.shape)} for {buffer.numel()} patches")
-    with torch.no_grad():
-        buffer.copy_(prior.to(buffer))
+    get_adapter(model).set_token_prior(block, prior)

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.adapters.timm_blocks import VariableHeadAttention
 from vitprune.recipe.edits import register_edit
 from vitprune.linear import check_indices, slice_linear
 
@@ -60,7 +59,7 @@ def prune_head_dims(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     query-key products lose terms).
     """
     adapter, attn = _uniform_attention(model, block, "prune_head_dims")
-    if not (isinstance(attn.module.q_norm, nn.Identity) and isinstance(attn.module.k_norm, nn.Identity)):
+    if attn.qk_norm:
         raise ValueError(f"block {block}: query/key norms over the head dimension cannot lose dimensions")
     hd, heads, width = attn.head_dim, attn.num_heads, attn.attn_dim
     keep = check_indices(keep, hd, f"block {block} head dimensions")
@@ -88,9 +87,7 @@ def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
     qk_rows = [part * width + h * hd + j for part in range(2) for h in heads for j in range(hd)]
     v_cols = [h * hd + j for h, d in zip(heads, dims) for j in d]
     qkv = slice_linear(attn.qkv, out_idx=qk_rows + [2 * width + c for c in v_cols])
-    module = VariableHeadAttention(attn.module, qkv=qkv, proj=slice_linear(attn.proj, in_idx=v_cols),
-                                   value_dims=[len(d) for d in dims])
-    adapter.set_attention_module(block, module)
+    adapter.set_value_dims(block, qkv, slice_linear(attn.proj, in_idx=v_cols), [len(d) for d in dims])
 
 
 @register_edit("prune_mlp_neurons")

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitprune.adapters import find_adapter
 from vitprune.errors import VitpruneError
 
 #: Distillation kinds: no teacher term, KL to the teacher's softened distribution, CE to its argmax.
@@ -103,17 +104,15 @@ def make_teacher(model: nn.Module) -> nn.Module:
 def use_distillation_head(model: nn.Module, kind: str) -> bool:
     """Make a distilled DeiT return ``(cls_logits, dist_logits)`` in training mode when ``kind`` distils.
 
-    Returns whether ``model`` now does so. Models without timm's ``set_distilled_training`` are left alone
-    (their one head serves both terms). In eval mode a distilled DeiT always returns the mean of its two
+    Returns whether ``model`` now does so. Models without a distillation head (by their adapter) are left
+    alone (their one head serves both terms). In eval mode a distilled DeiT always returns the mean of its two
     heads, so evaluation needs no change; with ``kind="none"`` the split is switched off so training also
     sees the mean.
     """
     if kind not in KINDS:
         raise VitpruneError(f"unknown distillation kind {kind!r}; choose one of {', '.join(KINDS)}")
-    if not hasattr(model, "set_distilled_training"):
-        return False
-    model.set_distilled_training(kind != "none")
-    return kind != "none"
+    adapter = find_adapter(model)
+    return adapter is not None and adapter.set_distillation_split(kind != "none") and kind != "none"
 
 
 def _split_heads(outputs: StudentOutputs) -> tuple[torch.Tensor, torch.Tensor]:

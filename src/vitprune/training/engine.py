@@ -29,6 +29,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from vitprune.adapters import find_adapter
 from vitprune.atomic import atomic_directory
 from vitprune.errors import VitpruneError, check_settings
 from vitprune.recipe import WEIGHTS_FILE, get_recipe, read_document, save
@@ -155,7 +156,7 @@ class Trainer:
         self.local_batch = config.batch_size // self.dist.world_size
         # timm's Mixup mixes within a batch and folds label smoothing into the soft targets it returns.
         self.mixup = Mixup(mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
-                           label_smoothing=config.label_smoothing, num_classes=model.num_classes) \
+                           label_smoothing=config.label_smoothing, num_classes=_num_classes(model)) \
             if config.mixup_alpha > 0 or config.cutmix_alpha > 0 else None
         if self.mixup is not None and self.local_batch % 2:
             raise VitpruneError(f"mixup/cutmix need an even batch per process, got {self.local_batch}")
@@ -359,6 +360,15 @@ def _seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
+
+
+def _num_classes(model: nn.Module) -> int:
+    """The classes mixup spreads its soft targets over: the classifier's, by the model's adapter."""
+    adapter = find_adapter(model)
+    if adapter is None:
+        raise VitpruneError(f"mixup/cutmix need the number of classes, which a {type(model).__name__} does not "
+                            "declare; use a supported vision transformer or turn them off")
+    return adapter.num_classes
 
 
 def _rng_state() -> dict[str, Any]:

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.utils.data import Dataset
 
+from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
@@ -36,7 +37,6 @@ from vitprune.methods.star.schedule import (
     ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
 )
 from vitprune.recipe import save
-from vitprune.surgery import token_pruning_blocks
 from vitprune.training import KINDS, TrainConfig, evaluate
 
 ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE = "acs.json", "inter.safetensors", "schedule.json", "report.json"
@@ -82,7 +82,8 @@ class STARConfig:
     def validate(self) -> None:
         """Fail at once, before any pass over data, on a setting a later stage would reject."""
         if sum(x is not None for x in (self.rho, self.target_macs, self.rates)) != 1:
-            raise VitpruneError("give exactly one of rho, target_macs (MACs; --macs in GMACs) and rates (per-block keep rates)")
+            raise VitpruneError("give exactly one of rho, target_macs (MACs; --macs in GMACs) and rates (per-block "
+                                "keep rates)")
         if self.rates is not None and not all(0 < r <= 1 for r in self.rates):
             raise VitpruneError(f"keep rates must be in (0, 1], got {self.rates}")
         if self.rho is not None and not 0 < self.rho <= 1:
@@ -114,8 +115,9 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     config.validate()
     if config.target_macs is not None:
         check_reachable(model, config.target_macs)
-    if config.rates is not None and len(config.rates) != len(model.blocks):
-        raise VitpruneError(f"{len(config.rates)} keep rates for a model of {len(model.blocks)} blocks")
+    blocks = len(get_adapter(model).blocks())
+    if config.rates is not None and len(config.rates) != blocks:
+        raise VitpruneError(f"{len(config.rates)} keep rates for a model of {blocks} blocks")
     run_dir = prepare_run_dir(run_dir, resume)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device)
@@ -144,8 +146,7 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     pruned = copy.deepcopy(model)
     apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
     # What the blocks do: those without an attention head keep every token whatever the schedule gave them.
-    pruning = token_pruning_blocks(pruned)
-    rates = [pruning[i].keep_rate if i in pruning else 1.0 for i in range(len(rates))]
+    rates = [view.token_keep_rate or 1.0 for view in get_adapter(pruned).blocks()]
     write_json(run_dir / SCHEDULE_FILE, {"rho": rho, "anchor": config.anchor, "keep_rates": rates,
                                          "target_macs": config.target_macs, "hand_set": config.rates is not None})
     top1 = {"dense": dense_top1, **recover(

@@ -31,7 +31,7 @@ def average_cosine_similarity(model: nn.Module, loader: Iterable[tuple[torch.Ten
     sum is ``(‖Σ x̂_i‖² − T)/2``, so no ``T×T`` matrix is formed. ``max_images`` caps the images
     (the paper uses 500).
     """
-    blocks = list(get_adapter(model).model.blocks)
+    blocks = [view.module for view in get_adapter(model).blocks()]
     sums = torch.zeros(len(blocks), dtype=torch.float64)
     seen = 0
 

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.adapters.timm_blocks import TokenPruneBlock
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
@@ -59,7 +58,7 @@ class WidthPlan:
 def _check_supported(model: nn.Module) -> None:
     adapter = get_adapter(model)
     for view in adapter.blocks():
-        if isinstance(view.module, TokenPruneBlock):
+        if view.token_keep_rate is not None:
             raise UnsupportedArchitectureError(f"{view.name} prunes tokens; prune width before tokens")
         if view.attn is not None and (view.attn.value_dims is not None or view.attn.gate is not None):
             raise UnsupportedArchitectureError(f"{view.name}.attn has uneven or gated heads; torch-pruning cannot "
