@@ -21,12 +21,6 @@ MODULES = {str(path.relative_to(PACKAGE)): path for path in sorted(PACKAGE.rglob
 FAMILY_MODULES = tuple(module for adapter in ADAPTERS for module in adapter.family_modules)
 FAMILY_ATTRIBUTES = frozenset().union(*(adapter.family_attributes for adapter in ADAPTERS))
 
-#: Crossings still to remove, each with why; the test fails when an entry no longer crosses, so the list shrinks.
-KNOWN = {
-    "methods/star/lrp.py": "the relevance pass runs its own copy of timm's block and attention forward (issue 24)",
-}
-
-
 def crossings(path: Path) -> list[str]:
     """Where ``path`` imports a family module or reads a family attribute: ``"line: what"``."""
     found = []
@@ -47,14 +41,9 @@ def test_every_adapter_declares_its_family():
     assert all(adapter.family_modules and adapter.family_attributes for adapter in ADAPTERS)
 
 
-@pytest.mark.parametrize("module", sorted(set(MODULES) - set(KNOWN)))
+@pytest.mark.parametrize("module", sorted(MODULES))
 def test_nothing_outside_the_adapters_crosses_into_a_family(module):
     assert not crossings(MODULES[module]), f"{module}: {crossings(MODULES[module])}"
-
-
-@pytest.mark.parametrize("module", sorted(KNOWN))
-def test_a_known_crossing_is_still_there(module):
-    assert crossings(MODULES[module]), f"{module} no longer crosses: remove it from KNOWN"
 
 
 def test_a_crossing_is_found(tmp_path):

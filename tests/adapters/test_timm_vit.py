@@ -163,3 +163,20 @@ def test_pre_logits_are_what_the_classifier_reads(model_spec):
             torch.testing.assert_close(features, (tokens[:, 0] + tokens[:, 1]) / 2)
         else:
             torch.testing.assert_close(model.head(features), model(x))
+
+
+def test_embed_blocks_pool_is_pre_logits(model_spec):
+    """The pieces a relevance pass runs one by one (tokens in, each block's module, final norm and pooling) are the
+    model's own forward; a model whose classifier reads [CLS] alone says it pools the class token."""
+    name, kwargs = model_spec
+    model = build(name, kwargs).eval()
+    adapter = get_adapter(model)
+    torch.manual_seed(1)
+    x = torch.randn(2, *adapter.input_size)
+    with torch.no_grad():
+        tokens = adapter.embed(x)
+        assert tokens.shape == (2, adapter.num_tokens, adapter.embed_dim)
+        for view in adapter.blocks():
+            tokens = view.module(tokens)
+        torch.testing.assert_close(adapter.pool(tokens), adapter.pre_logits(x), rtol=0, atol=0)
+    assert adapter.pools_class_token == (EXPECTED[name][3] == 1)  # [CLS] alone: no distillation token, not GAP

@@ -10,7 +10,7 @@ Views are snapshots: after an edit, call :meth:`ViTAdapter.blocks` again.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -37,8 +37,21 @@ class AttentionView:
     #: Value width of each head where heads differ (HiAP's extraction); ``None``: every head has
     #: ``head_dim`` values, and ``qkv`` is the uniform ``[q | k | v]`` layout.
     value_dims: tuple[int, ...] | None = None
-    #: Whether queries and keys are normalised over the head dimension (which then cannot lose dimensions).
-    qk_norm: bool = False
+    #: Norms of the queries and of the keys over the head dimension (``nn.Identity`` in most ViTs).
+    q_norm: nn.Module = field(default_factory=nn.Identity)
+    k_norm: nn.Module = field(default_factory=nn.Identity)
+    #: The softmax scale of ``q·kᵀ`` (``head_dim**-0.5`` unless the family says otherwise).
+    scale: float | None = None
+
+    @property
+    def qk_norm(self) -> bool:
+        """Whether queries and keys are normalised over the head dimension (which then cannot lose dimensions)."""
+        return not (isinstance(self.q_norm, nn.Identity) and isinstance(self.k_norm, nn.Identity))
+
+    @property
+    def softmax_scale(self) -> float:
+        """The factor on ``q·kᵀ`` before the softmax."""
+        return self.head_dim ** -0.5 if self.scale is None else self.scale
 
     @property
     def attn_dim(self) -> int:
@@ -158,6 +171,20 @@ class ViTAdapter(ABC):
         """Make a model with a distillation head return (class, distillation) logits in training mode (``on``), or
         their mean; returns whether it has such a head (by default none, and nothing changes)."""
         return False
+
+    @abstractmethod
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """The tokens entering the first block for ``images``: ``(B, C, H, W)`` in, ``(B, tokens, embed_dim)`` out."""
+
+    @abstractmethod
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads, from the last block's output ``x`` (final norm and pooling):
+        ``pre_logits(images) == pool(blocks(embed(images)))``."""
+
+    @property
+    @abstractmethod
+    def pools_class_token(self) -> bool:
+        """Whether one classifier head reads the [CLS] token alone (no average, no distillation token)."""
 
     @abstractmethod
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:

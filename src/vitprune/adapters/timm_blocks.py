@@ -12,6 +12,8 @@ from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 from torch import nn
 
+from vitprune.adapters.heads import merge_heads, split_heads
+
 
 class DepthBlock(nn.Module):
     """timm's pre-norm ``Block`` whose attention may be gone, followed by an output activation.
@@ -137,25 +139,6 @@ class VariableHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
                                              dropout_p=self.attn_drop.p if self.training else 0.0)
         return self.proj_drop(self.proj(merge_heads(out, self.value_dims)))
-
-
-def split_heads(values: torch.Tensor, widths: list[int], head_dim: int) -> torch.Tensor:
-    """Concatenated head values ``(B, N, Σ widths)`` as ``(B, H, N, head_dim)``, each zero-padded to ``head_dim``."""
-    b, n, _ = values.shape
-    if len(set(widths)) == 1:
-        v = F.pad(values.reshape(b, n, len(widths), widths[0]), (0, head_dim - widths[0]))
-    else:
-        v = torch.stack([F.pad(part, (0, head_dim - w)) for part, w in zip(values.split(widths, -1), widths)], 2)
-    return v.transpose(1, 2)
-
-
-def merge_heads(heads: torch.Tensor, widths: list[int]) -> torch.Tensor:
-    """The inverse of :func:`split_heads`: ``(B, H, N, head_dim)`` cut back to ``(B, N, Σ widths)``."""
-    b, _, n, _ = heads.shape
-    heads = heads.transpose(1, 2)
-    if len(set(widths)) == 1:
-        return heads[..., :widths[0]].reshape(b, n, sum(widths))
-    return torch.cat([heads[:, :, h, :w] for h, w in enumerate(widths)], -1)
 
 
 def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,

@@ -105,7 +105,7 @@ class TimmViTAdapter(ViTAdapter):
         "patch_embed", "cls_token", "dist_token", "reg_token", "num_reg_tokens", "pos_embed", "pos_drop",
         "patch_drop", "norm_pre", "fc_norm", "head_dist", "head_drop", "attn_pool", "global_pool", "has_class_token",
         "no_embed_class", "distilled_training", "set_distilled_training", "forward_features", "forward_head",
-        "q_norm", "k_norm", "attn_drop", "proj_drop", "fused_attn", "drop1", "drop2", "keep_rate", "inter",
+        "attn_drop", "proj_drop", "fused_attn", "drop1", "drop2", "keep_rate", "inter",
     })
 
     def __init__(self, model: nn.Module) -> None:
@@ -131,7 +131,7 @@ class TimmViTAdapter(ViTAdapter):
         attn = None if a is None else AttentionView(
             module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads, head_dim=a.head_dim, gate=attn_gate,
             value_dims=tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None,
-            qk_norm=not (isinstance(a.q_norm, nn.Identity) and isinstance(a.k_norm, nn.Identity)))
+            q_norm=a.q_norm, k_norm=a.k_norm, scale=a.scale)
         return BlockView(
             index=index,
             name=f"blocks.{index}",
@@ -175,6 +175,19 @@ class TimmViTAdapter(ViTAdapter):
     def input_size(self) -> tuple[int, int, int]:
         pe = self.model.patch_embed
         return (pe.proj.in_channels, *pe.img_size)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        return m.norm_pre(m.patch_drop(m._pos_embed(m.patch_embed(images))))
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_head(self.model.norm(x), pre_logits=True)
+
+    @property
+    def pools_class_token(self) -> bool:
+        m = self.model
+        return getattr(m, "cls_token", None) is not None and m.global_pool == "token" \
+            and getattr(m, "head_dist", None) is None
 
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         # timm's own head path: pool, fc_norm, head dropout; a distilled DeiT averages its two tokens.

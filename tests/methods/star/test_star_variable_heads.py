@@ -112,8 +112,8 @@ def test_the_prior_follows_depth_pruned_blocks(identity):
 def test_lrp_rejects_blocks_it_cannot_follow():
     model = _hiap_digits()
     prune_depth(model, attention=[4], activation=[4], output_gelu=True)
-    with pytest.raises(UnsupportedArchitectureError, match="needs timm's pre-norm Block without gates or an output "
-                                                           "activation; blocks.4 is DepthBlock"):
+    with pytest.raises(UnsupportedArchitectureError, match="needs pre-norm blocks without gates, token pruning or "
+                                                           "an output activation; blocks.4 is DepthBlock"):
         inter_layer_scores(model, [(_images(model), None)])
     headless = vitprune.track(build("deit_tiny_patch16_224", {"depth": 1}), "deit_tiny_patch16_224", depth=1)
     prune_attention_dims(headless, 0, [], [])

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from timm.models.vision_transformer import Block
 from torch import nn
 
-from vitprune.adapters import get_adapter
-from vitprune.adapters.timm_blocks import DepthBlock, VariableHeadAttention, merge_heads, split_heads
+from vitprune.adapters import AttentionView, BlockView, ViTAdapter, get_adapter
+from vitprune.adapters.heads import merge_heads, split_heads
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.training.progress import track_batches
 
@@ -89,81 +88,97 @@ class _BlockTrace:
 
 
 def _check(model: nn.Module) -> None:
-    views = get_adapter(model).blocks()
+    adapter = get_adapter(model)
+    views = adapter.blocks()
     for view in views:
-        # A DepthBlock without output activation is timm's Block with what depth or width pruning left of it.
-        if type(view.module) not in (Block, DepthBlock) or not isinstance(view.act, nn.Identity) \
+        # The relevance rules follow the pre-norm block the views describe, with nothing wrapped around it.
+        if view.token_keep_rate is not None or not isinstance(view.act, nn.Identity) \
                 or (view.attn is not None and view.attn.gate is not None):
-            raise UnsupportedArchitectureError(f"LRP importance needs timm's pre-norm Block without gates or an "
-                                               f"output activation; {view.name} is {type(view.module).__name__}")
+            raise UnsupportedArchitectureError(f"LRP importance needs pre-norm blocks without gates, token pruning "
+                                               f"or an output activation; {view.name} is "
+                                               f"{type(view.module).__name__}")
         if view.mlp.gate is not None:
             raise UnsupportedArchitectureError(f"LRP importance needs {view.name}.mlp without a gate")
     if all(view.attn is None or view.attn.num_heads == 0 for view in views):
         raise UnsupportedArchitectureError("LRP importance follows attention maps; no block has an attention head")
-    if getattr(model, "cls_token", None) is None or getattr(model, "global_pool", "token") != "token" \
-            or getattr(model, "head_dist", None) is not None:
+    if not adapter.pools_class_token:
         raise UnsupportedArchitectureError("LRP importance follows a single [CLS] token to a single head")
 
 
-def _widths(attn: nn.Module) -> tuple[list[int], list[int]]:
+def _widths(attn: AttentionView) -> tuple[list[int], list[int]]:
     """Per head, the query/key width and the value width (HiAP's heads keep their own value widths)."""
-    values = attn.value_dims if isinstance(attn, VariableHeadAttention) else [attn.head_dim] * attn.num_heads
+    values = list(attn.value_dims) if attn.value_dims is not None else [attn.head_dim] * attn.num_heads
     return [attn.head_dim] * attn.num_heads, values
 
 
+def _head(adapter: ViTAdapter) -> nn.Linear | None:
+    """The one classifier head; ``None`` for a feature extractor, whose pooled features are its outputs."""
+    heads = adapter.classifier_heads()
+    return heads[0] if heads else None
+
+
+def _fc2(view: BlockView) -> nn.Module:
+    """The MLP's second linear; a merged MLP has none, so the identity."""
+    return nn.Identity() if view.mlp.fc2 is None else view.mlp.fc2
+
+
 def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[_BlockTrace], torch.Tensor]:
-    """timm's forward, unfused, keeping what relevance propagation needs: ``(logits, traces, pooled)``.
+    """The model's forward through its adapter's views, unfused, keeping what relevance propagation needs:
+    ``(logits, traces, pooled)``.
 
     The attention maps ``traces[l].attn`` are part of the autograd graph, so the gradient of any
     logit with respect to them can be taken. Narrower value heads are zero-padded to the query
-    width, which changes no product (:func:`~vitprune.adapters.timm_blocks.split_heads`).
+    width, which changes no product (:func:`~vitprune.adapters.heads.split_heads`).
     """
-    x = model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
+    adapter = get_adapter(model)
+    x = adapter.embed(images)
     traces = []
-    for block in model.blocks:
-        attn = block.attn
-        h1 = x if block.norm1 is None else block.norm1(x)
+    for view in adapter.blocks():
+        attn = view.attn
+        h1 = x if view.norm1 is None else view.norm1(x)
         if attn is None:
             # Attention removed by depth pruning: the branch is LN1(x) (HetDPT's identity) or nothing (skip).
             q = k = v = a = heads = None
-            branch1 = torch.zeros_like(x) if block.norm1 is None else block.ls1(h1)
+            branch1 = torch.zeros_like(x) if view.norm1 is None else view.ls1(h1)
         elif attn.num_heads == 0:
             # No head left: the branch adds proj's bias to every token, and there is no attention map.
             q = k = v = a = heads = None
-            branch1 = block.ls1(attn(h1))
+            branch1 = view.ls1(attn.module(h1))
         else:
             qk, values = _widths(attn)
             qkv = attn.qkv(h1).split([sum(qk), sum(qk), sum(values)], dim=-1)
             q, k, v = (split_heads(part, w, attn.head_dim) for part, w in zip(qkv, (qk, qk, values), strict=True))
             q, k = attn.q_norm(q), attn.k_norm(k)
-            a = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+            a = ((q * attn.softmax_scale) @ k.transpose(-2, -1)).softmax(dim=-1)
             heads = merge_heads(a @ v, values)
-            branch1 = block.ls1(attn.proj(heads))
+            branch1 = view.ls1(attn.proj(heads))
         x_mid = x + branch1
-        h2 = block.norm2(x_mid)
-        hidden = block.mlp.act(block.mlp.fc1(h2))
-        branch2 = block.ls2(block.mlp.fc2(hidden))
+        h2 = view.norm2(x_mid)
+        hidden = view.mlp.act(view.mlp.fc1(h2))
+        branch2 = view.ls2(_fc2(view)(hidden))
         traces.append(_BlockTrace(x, h1, q, k, v, a, heads, x_mid, branch1, h2, hidden, branch2))
         x = x_mid + branch2
-    pooled = model.fc_norm(model.norm(x)[:, 0])
-    return model.head(model.head_drop(pooled)), traces, pooled
+    pooled = adapter.pool(x)
+    head = _head(adapter)
+    return (pooled if head is None else head(pooled)), traces, pooled
 
 
 def attention_relevance(model: nn.Module, traces: list[_BlockTrace], pooled: torch.Tensor,
                         relevance: torch.Tensor) -> tuple[list[torch.Tensor | None], torch.Tensor]:
     """Propagate ``relevance`` ``(B, classes)`` from the logits down; the relevance of every attention map
     ``(B, H, N, N)`` (``None`` for a block with no head) and of the tokens entering the first block ``(B, N, D)``."""
-    r_pooled = linear_relevance(model.head, pooled.detach(), relevance)
+    adapter = get_adapter(model)
+    head = _head(adapter)
+    r_pooled = relevance if head is None else linear_relevance(head, pooled.detach(), relevance)
     r = torch.zeros_like(traces[-1].x)
     r[:, 0] = r_pooled
     maps = []
-    for block, t in zip(reversed(model.blocks), reversed(traces), strict=True):
-        attn = block.attn
+    for view, t in zip(reversed(adapter.blocks()), reversed(traces), strict=True):
+        attn = view.attn
         r_mid, r_branch2 = _add_relevance(t.x_mid.detach(), t.branch2.detach(), r)
-        # A merged MLP is fc1 alone (fc2 is the identity).
-        r_hidden = r_branch2 if isinstance(block.mlp.fc2, nn.Identity) else linear_relevance(
-            block.mlp.fc2, t.hidden.detach(), r_branch2)
-        r_mid = r_mid + linear_relevance(block.mlp.fc1, t.h2.detach(), r_hidden)
+        # A merged MLP is fc1 alone.
+        r_hidden = r_branch2 if view.mlp.fc2 is None else linear_relevance(view.mlp.fc2, t.hidden.detach(), r_branch2)
+        r_mid = r_mid + linear_relevance(view.mlp.fc1, t.h2.detach(), r_hidden)
         r_x, r_branch1 = _add_relevance(t.x.detach(), t.branch1.detach(), r_mid)
         if t.attn is None:
             maps.append(None)
