@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import CAPABILITIES, AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_vit import TimmViTAdapter
 from vitprune.errors import UnsupportedArchitectureError
 
@@ -32,5 +32,5 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
 
 
 __all__ = [
-    "ADAPTERS", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
+    "ADAPTERS", "CAPABILITIES", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
 ]

@@ -15,7 +15,20 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from vitprune.errors import UnsupportedArchitectureError
 from vitprune.layers import Gate
+
+#: What a family can have done to it, by name; each adapter lists the ones it supports in ``capabilities``.
+CAPABILITIES: dict[str, str] = {
+    "attention_removal": "remove attention sublayers",
+    "activation_removal": "remove MLP activations and merge fc1·fc2",
+    "ffn_width": "prune FFN neurons",
+    "head_width": "prune heads and head dimensions",
+    "embed_width": "prune embedding channels",
+    "token_pruning": "prune tokens",
+    "lrp": "propagate LRP relevance through its blocks",
+    "gates": "train gates on its sublayers, heads and neurons",
+}
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,8 @@ class ViTAdapter(ABC):
     #: Attribute names only the family's modules have (the views' own names, such as ``attn`` or ``fc1``, are
     #: not among them); nothing outside ``adapters/`` and the model factory reads them.
     family_attributes: frozenset[str] = frozenset()
+    #: The :data:`CAPABILITIES` this family supports.
+    capabilities: frozenset[str] = frozenset()
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -276,6 +291,16 @@ class ViTAdapter(ABC):
     @abstractmethod
     def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
         """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
+
+    def require(self, *needed: str, by: str) -> None:
+        """Refuse, in one line naming the family and what it lacks, a method ``by`` that needs ``needed``."""
+        unknown = [name for name in needed if name not in CAPABILITIES]
+        if unknown:
+            raise ValueError(f"unknown capabilities {unknown} (known: {', '.join(CAPABILITIES)})")
+        missing = [CAPABILITIES[name] for name in needed if name not in self.capabilities]
+        if missing:
+            raise UnsupportedArchitectureError(f"{by} needs to {' and '.join(missing)}, which vitprune cannot do on "
+                                               f"{self.family} models")
 
     @property
     def num_patches(self) -> int:

@@ -7,7 +7,7 @@ from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
-from vitprune.adapters.base import AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import CAPABILITIES, AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
@@ -100,6 +100,7 @@ class TimmViTAdapter(ViTAdapter):
     """
 
     family = "timm-vit"
+    capabilities = frozenset(CAPABILITIES)
     family_modules = ("timm.models", "timm.layers", "vitprune.adapters.timm_vit", "vitprune.adapters.timm_blocks")
     family_attributes = frozenset({
         "patch_embed", "cls_token", "dist_token", "reg_token", "num_reg_tokens", "pos_embed", "pos_drop",

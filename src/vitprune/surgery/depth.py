@@ -195,6 +195,8 @@ def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Seq
     if identity not in ATTENTION_IDENTITIES:
         raise VitpruneError(f"unknown attention identity {identity!r} "
                             f"(choose from: {', '.join(ATTENTION_IDENTITIES)})")
+    get_adapter(model).require(*(["attention_removal"] if attention else []),
+                               *(["activation_removal"] if activation else []), by="depth pruning")
     attention, activation = check_depth_layers(model, attention, activation)
     for i in attention:
         remove_attention(model, i, identity=identity)

@@ -179,6 +179,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     ``resume``, finished stages found in ``run_dir`` are reused and the fine-tuning run continues
     from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
     """
+    get_adapter(model).require("attention_removal", "activation_removal", "gates", by="HetDPT")
     config = config or HetDPTConfig()
     config.validate()
     check_budget(model, budget, split)

@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import Dataset
 
+from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, write_json
 from vitprune.data import build_loader
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
@@ -59,6 +60,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``resume``
     continues the training run in ``run_dir``; without it a ``run_dir`` holding a run is an error.
     """
+    get_adapter(model).require("gates", "head_width", "ffn_width", by="HiAP")
     config = config or HiAPConfig()
     config.validate()
     train.validate()

@@ -112,6 +112,7 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     dense model, right after pruning and after fine-tuning. The model is saved to ``run_dir/model``.
     """
     config = config or STARConfig()
+    get_adapter(model).require("token_pruning", *(["lrp"] if config.alpha < 1 else []), by="STAR")
     config.validate()
     if config.target_macs is not None:
         check_reachable(model, config.target_macs)

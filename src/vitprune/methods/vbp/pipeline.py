@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.utils.data import Dataset
 
+from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
@@ -101,6 +102,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     ``run_dir/model``. With ``resume``, stages found in ``run_dir`` are reused and fine-tuning
     continues from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
     """
+    get_adapter(model).require("ffn_width", by="VBP")
     config = config or VBPConfig()
     config.validate()
     removal_count((v.mlp.hidden_features for v in hidden_mlps(model)), config.ratio, rounding=config.rounding,

@@ -55,8 +55,9 @@ class WidthPlan:
                                         for name in ("heads", "head_dims", "neurons")}}
 
 
-def _check_supported(model: nn.Module) -> None:
+def _check_supported(model: nn.Module, embed: bool) -> None:
     adapter = get_adapter(model)
+    adapter.require("head_width", "ffn_width", *(["embed_width"] if embed else []), by="width pruning")
     for view in adapter.blocks():
         if view.token_keep_rate is not None:
             raise UnsupportedArchitectureError(f"{view.name} prunes tokens; prune width before tokens")
@@ -84,7 +85,7 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
         raise VitpruneError(f"unknown importance {importance!r} (choose from: {', '.join(IMPORTANCES)})")
     if not 0.0 <= ratio < 1.0:
         raise VitpruneError(f"width ratio must be in [0, 1), got {ratio}")
-    _check_supported(model)
+    _check_supported(model, embed)
     work = copy.deepcopy(model).eval()
     adapter = get_adapter(work)
     views = adapter.blocks()

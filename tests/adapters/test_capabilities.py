@@ -1,0 +1,64 @@
+"""A family declares what can be done to it; a method that needs more refuses, before any work, in one line that
+names the family and what it lacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from timm.models.vision_transformer import VisionTransformer
+
+import vitprune.adapters as adapters
+from vitprune.adapters import CAPABILITIES, TimmViTAdapter, get_adapter
+from vitprune.errors import UnsupportedArchitectureError
+from vitprune.methods.hetdpt.pipeline import run_hetdpt
+from vitprune.methods.hiap import run_hiap
+from vitprune.methods.star.pipeline import STARConfig, run_star
+from vitprune.surgery import prune_depth
+from vitprune.training import TrainConfig
+
+
+class _OtherViT(VisionTransformer):
+    """A family of its own for the test: timm's ViT under another adapter that supports less."""
+
+
+class _Limited(TimmViTAdapter):
+    family = "limited-vit"
+    capabilities = frozenset(CAPABILITIES) - {"lrp", "gates", "attention_removal"}
+
+    @classmethod
+    def matches(cls, model) -> bool:
+        return isinstance(model, _OtherViT)
+
+
+@pytest.fixture
+def limited(monkeypatch):
+    monkeypatch.setattr(adapters, "ADAPTERS", [_Limited, *adapters.ADAPTERS])
+    torch.manual_seed(0)
+    return _OtherViT(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3)
+
+
+@pytest.mark.parametrize("method, call, lacking", [
+    ("depth pruning", lambda m, d: prune_depth(m, attention=[0]), "remove attention sublayers"),
+    ("HetDPT", lambda m, d: run_hetdpt(m, None, None, budget=1, run_dir=d),
+     "remove attention sublayers and train gates on its sublayers, heads and neurons"),
+    ("HiAP", lambda m, d: run_hiap(m, None, None, run_dir=d, train=TrainConfig(epochs=1)),
+     "train gates on its sublayers, heads and neurons"),
+    ("STAR", lambda m, d: run_star(m, None, None, run_dir=d, config=STARConfig(alpha=0.5)),
+     "propagate LRP relevance through its blocks"),
+])
+def test_a_method_refuses_what_the_family_lacks(limited, tmp_path, method, call, lacking):
+    assert get_adapter(limited).family == "limited-vit"
+    with pytest.raises(UnsupportedArchitectureError) as error:
+        call(limited, tmp_path / "run")
+    assert str(error.value) == f"{method} needs to {lacking}, which vitprune cannot do on limited-vit models"
+    assert not (tmp_path / "run").exists()  # refused before any work
+
+
+def test_what_the_family_has_is_not_refused(limited):
+    get_adapter(limited).require("activation_removal", "ffn_width", "token_pruning", by="VBP then STAR without LRP")
+    with pytest.raises(ValueError, match="unknown capabilities"):
+        get_adapter(limited).require("flying", by="a test")
+
+
+def test_the_timm_family_has_every_capability():
+    assert TimmViTAdapter.capabilities == frozenset(CAPABILITIES)
