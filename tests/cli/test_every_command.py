@@ -9,6 +9,7 @@ line, leaving the target byte for byte as it was, and goes ahead with it.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 import vitprune
 from vitprune.measure import count_macs
+from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.surgery import prune_depth
 
 MODEL = "vitprune_test_tiny_vit"
@@ -139,3 +141,17 @@ def test_every_command_on_a_new_users_images(capsys, tmp_path, folder, saved, na
     assert _contents(target.parent if target.suffix == ".json" else target) == before
     code, _, err = run(capsys, *argv, replace)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("name", ["profile", "bench", "eval", "info"])
+def test_a_run_directory_is_read_as_its_model(capsys, tmp_path, folder, saved, name):
+    """Every run keeps its result in RUN/model/, and the commands that read a model take RUN itself."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(saved, run_dir / RUN_MODEL_DIR)
+    extra = {"bench": FAST_SPEED, "eval": ("--data", str(folder))}.get(name, ())
+    code, out, err = run(capsys, name, str(run_dir), *extra, "--json")
+    assert code == 0, err
+    if name == "info":
+        assert json.loads(out)["edits"] == vitprune.recipe.read_document(saved)["edits"]
+    if name == "profile":
+        assert json.loads(out)["macs"] == count_macs(vitprune.load(saved)).macs

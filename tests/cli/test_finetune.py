@@ -28,7 +28,7 @@ def test_finetune_writes_a_complete_run(capsys, tmp_path, small_saved):
     assert [e["epoch"] for e in summary["epochs"]] == [1] and summary["epochs"][0]["step"] == 23
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(logged) == 1 and logged[0]["val_count"] == 360 and 0 <= logged[0]["val_top1"] <= 1
-    final = vitprune.load(tmp_path / "run" / "final")
+    final = vitprune.load(tmp_path / "run" / "model")
     assert vitprune.get_recipe(final).base.kwargs == {"depth": 2}
     assert (tmp_path / "run" / "checkpoint" / "state.pt").is_file()
 
@@ -66,6 +66,6 @@ def test_pruned_digits_recovers_with_self_distillation(capsys, tmp_path, trained
     assert summary["teacher"] == "original"
     recovered = summary["epochs"][-1]["val_top1"]
     assert damaged < 0.9 and recovered > damaged + 0.05, (damaged, recovered)
-    final = vitprune.load(tmp_path / "run" / "final")
+    final = vitprune.load(tmp_path / "run" / "model")
     assert evaluate(final, val)["top1"] == recovered
     assert [e.op for e in vitprune.get_recipe(final).edits] == ["prune_mlp_neurons"] * 12

@@ -40,11 +40,11 @@ def test_sigint_on_finetune_exits_130_and_the_printed_command_finishes_the_run(t
     assert last.startswith(f"interrupted: the finished stages and the last checkpoint are in {out}; continue with: ")
     again = shlex.split(last.split("continue with: ", 1)[1])
     assert again == ["vitprune", *args, "--resume"]
-    assert not (out / "final").exists()  # nothing looks finished
+    assert not (out / "model").exists()  # nothing looks finished
     done = subprocess.run([sys.executable, "-m", "vitprune", *again[1:]], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert vitprune.load(out / "final") is not None
+    assert vitprune.load(out / "model") is not None
 
 
 def test_an_interrupted_command_without_resume_says_interrupted(capsys):

@@ -21,14 +21,13 @@ class Optim(str, Enum):
     sgd = "sgd"
 
 
-FINAL_DIR = "final"
 
 
 @app.command()
 def finetune(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
-    out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and final/ when done."),
+    out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and model/ when done."),
     epochs: int = typer.Option(..., min=1),
     lr: float = typer.Option(TrainConfig.lr, help="Peak learning rate (after warm-up)."),
     batch_size: int = typer.Option(TrainConfig.batch_size, "--batch-size", "-b", min=1,
@@ -64,7 +63,7 @@ def finetune(
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset
     from vitprune.models import original_model, resolve_model
-    from vitprune.recipe import save
+    from vitprune.recipe import RUN_MODEL_DIR, save
     from vitprune.training import finetune_pruned
     from vitprune.training.distributed import init_distributed
 
@@ -88,7 +87,7 @@ def finetune(
         return
     summary = {"model": model, "data": data, "run_dir": str(out), "epochs": history,
                "distill": distill.value, "teacher": teacher or ("original" if distill is not Distill.none else None)}
-    save(student, out / FINAL_DIR, metadata={"finetune": summary})
+    save(student, out / RUN_MODEL_DIR, metadata={"finetune": summary})
     if json_out:
         print_json(summary)
         return
@@ -96,4 +95,4 @@ def finetune(
         val = f", val top-1 {percent(stats['val_top1'])}" if "val_top1" in stats else ""
         console.print(f"epoch {stats['epoch']}: train loss {stats['loss']:.4f}{val} "
                       f"({stats['images_per_s']:.0f} img/s)")
-    console.print(f"saved the fine-tuned model to {out / FINAL_DIR} (starting checkpoint: {model})")
+    console.print(f"saved the fine-tuned model to {out / RUN_MODEL_DIR} (starting checkpoint: {model})")

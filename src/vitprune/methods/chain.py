@@ -37,11 +37,11 @@ from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
-from vitprune.recipe import load, save
+from vitprune.recipe import RUN_MODEL_DIR, load, save
 from vitprune.training import FINETUNE_DISTILL, TrainConfig, evaluate, finetune_pruned
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR, REPORT_FILE = (
-    "chain.json", "steps", "step.json", "model", "report.json")
+    "chain.json", "steps", "step.json", RUN_MODEL_DIR, "report.json")
 
 #: Pipelines time their result against their input; inside a chain they do not: the chain's own
 #: report times the final model against the starting one.

@@ -26,6 +26,16 @@ from vitprune.version import __version__
 
 RECIPE_FILE = "recipe.json"
 WEIGHTS_FILE = "model.safetensors"
+#: Where every run directory (``prune ...``, ``finetune``, ``chain``) keeps its resulting model.
+RUN_MODEL_DIR = "model"
+
+
+def saved_model_dir(directory: str | os.PathLike) -> Path:
+    """The save ``directory`` names: itself, or for a run directory the model the run saved in its ``model/``."""
+    path = Path(directory)
+    if not (path / RECIPE_FILE).is_file() and (path / RUN_MODEL_DIR / RECIPE_FILE).is_file():
+        return path / RUN_MODEL_DIR
+    return path
 
 
 def save(model: nn.Module, directory: str | os.PathLike, *, metadata: dict[str, Any] | None = None) -> Path:
@@ -49,8 +59,8 @@ def save(model: nn.Module, directory: str | os.PathLike, *, metadata: dict[str, 
 
 
 def read_document(directory: str | os.PathLike) -> dict[str, Any]:
-    """The parsed ``recipe.json`` of a save (recipe, metadata, software versions), validated."""
-    path = Path(directory)
+    """The parsed ``recipe.json`` of a save or of a run's model (recipe, metadata, software versions), validated."""
+    path = saved_model_dir(directory)
     if not path.is_dir():
         raise VitpruneError(f"no saved model at {path}: directory does not exist")
     recipe_path = path / RECIPE_FILE
@@ -82,8 +92,9 @@ def build_base(base: BaseModel) -> nn.Module:
 
 
 def load(directory: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> nn.Module:
-    """Rebuild a saved model: base architecture, replayed edits, then the saved weights (eval mode)."""
-    path = Path(directory)
+    """Rebuild a saved model (a save, or a run directory's model): base architecture, replayed edits, then the saved
+    weights (eval mode)."""
+    path = saved_model_dir(directory)
     recipe = Recipe.from_dict(read_document(path))
     model = build_base(recipe.base)
     replay(model, recipe.edits)

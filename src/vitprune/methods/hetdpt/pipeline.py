@@ -36,7 +36,7 @@ from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
-from vitprune.recipe import save
+from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.surgery import (
     ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
 )
@@ -44,7 +44,7 @@ from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
 
 POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, REPORT_FILE = (
     "predictor_points.json", "predictor.json", "predictor.png", "selection.json", "report.json")
-FINETUNE_DIR, MODEL_DIR = "finetune", "model"
+FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
 @dataclass

@@ -36,11 +36,11 @@ from vitprune.methods.hiap.search import (
     HiAPConfig, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
-from vitprune.recipe import save
+from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.engine import METRICS_FILE
 
-SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", "model"
+SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
 PLOT_FILE, REPORT_FILE = "architecture.png", "report.json"
 
 #: HiAP's training settings besides the epochs, by default (the paper's: AdamW at 5e-5, batch 256, no

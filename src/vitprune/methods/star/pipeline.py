@@ -36,11 +36,11 @@ from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.schedule import (
     ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
 )
-from vitprune.recipe import save
+from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
 
 ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE = "acs.json", "inter.safetensors", "schedule.json", "report.json"
-FINETUNE_DIR, MODEL_DIR = "finetune", "model"
+FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
 @dataclass

@@ -34,11 +34,11 @@ from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir,
 from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
 from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
-from vitprune.recipe import save
+from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
 
 STATISTICS_FILE, SELECTION_FILE, REPORT_FILE = "statistics.safetensors", "selection.json", "report.json"
-FINETUNE_DIR, MODEL_DIR = "finetune", "model"
+FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
 @dataclass
