@@ -235,7 +235,7 @@ class SpeedConfig:
     warmup: int = 3
 
     def validate(self) -> None:
-        """One line for counts that cannot run."""
+        """One line for counts that cannot run (pipelines call it first, not after hours of earlier stages)."""
         _check_counts(self.warmup, batch_size=self.batch_size, pairs=self.pairs)
 
 

@@ -145,6 +145,7 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     (e.g. width pruning after token pruning) stops the chain with one line naming the step.
     """
     configs = check_chain(steps, preset)
+    speed.validate()
     run_dir = prepare_run_dir(run_dir, resume)
     chain = [step.to_dict() for step in steps]
     if resume:

@@ -139,3 +139,13 @@ def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
     with pytest.raises(VitpruneError, match=pattern):
         run_vbp(model, train, val, run_dir=tmp_path / "run", config=replace(config, **change))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("speed, pattern", [(SpeedConfig(pairs=0), "pairs must be at least 1"),
+                                            (SpeedConfig(batch_size=0), "batch size must be at least 1"),
+                                            (SpeedConfig(warmup=-1), "warmup must be at least 0")])
+def test_a_bad_speed_setting_fails_before_any_work(setting, tmp_path, speed, pattern):
+    model, train, val, calibration, config = setting
+    with pytest.raises(VitpruneError, match=pattern):
+        run_vbp(model, train, val, run_dir=tmp_path / "run", config=config, speed=speed)
+    assert not (tmp_path / "run").exists()

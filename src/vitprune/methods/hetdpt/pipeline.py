@@ -182,6 +182,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     get_adapter(model).require("attention_removal", "activation_removal", "gates", by="HetDPT")
     config = config or HetDPTConfig()
     config.validate()
+    speed.validate()
     check_budget(model, budget, split)
     run_dir = prepare_run_dir(run_dir, resume)
     if predictor is not None and not Path(predictor).is_file():

@@ -63,6 +63,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     get_adapter(model).require("gates", "head_width", "ffn_width", by="HiAP")
     config = config or HiAPConfig()
     config.validate()
+    speed.validate()
     train.validate()
     fixed = fixed_macs(model, config.target_macs)
     run_dir = prepare_run_dir(run_dir, resume)

@@ -114,6 +114,7 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     config = config or STARConfig()
     get_adapter(model).require("token_pruning", *(["lrp"] if config.alpha < 1 else []), by="STAR")
     config.validate()
+    speed.validate()
     if config.target_macs is not None:
         check_reachable(model, config.target_macs)
     blocks = len(get_adapter(model).blocks())

@@ -105,6 +105,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     get_adapter(model).require("ffn_width", by="VBP")
     config = config or VBPConfig()
     config.validate()
+    speed.validate()
     removal_count((v.mlp.hidden_features for v in hidden_mlps(model)), config.ratio, rounding=config.rounding,
                   min_width=config.min_width)
     run_dir = prepare_run_dir(run_dir, resume)
