@@ -11,12 +11,15 @@ from typer.testing import CliRunner
 from vitprune.cli import app
 
 
-def _command_paths(command, path=()) -> list[tuple[str, ...]]:
+def command_tree(command=None, path=()) -> dict[tuple[str, ...], object]:
+    """Every command and group of the app (or under ``command``) by its words, the app itself as ``()``."""
+    command = typer.main.get_command(app) if command is None else command
     subs = getattr(command, "commands", {})
-    return [path] + [p for name, sub in sorted(subs.items()) for p in _command_paths(sub, (*path, name))]
+    return {path: command} | {p: c for name, sub in sorted(subs.items())
+                               for p, c in command_tree(sub, (*path, name)).items()}
 
 
-PATHS = _command_paths(typer.main.get_command(app))
+PATHS = list(command_tree())
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "vitprune")

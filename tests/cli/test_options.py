@@ -6,22 +6,15 @@ from __future__ import annotations
 from enum import Enum
 
 import pytest
-import typer
+from test_help import command_tree
 
-from vitprune.cli import app
 from vitprune.cli.options import DATA_GROUP, MODEL_GROUP, SPEED_GROUP
 from vitprune.measure import SpeedConfig
 from vitprune.methods.chain import Step, check_chain
 
 
-def _commands(command, path=()) -> dict[tuple[str, ...], object]:
-    subs = getattr(command, "commands", None)
-    if subs is None:
-        return {path: command}
-    return {p: c for name, sub in subs.items() for p, c in _commands(sub, (*path, name)).items()}
-
-
-COMMANDS = _commands(typer.main.get_command(app))
+#: The leaf commands (groups have no options of their own).
+COMMANDS = {path: command for path, command in command_tree().items() if not hasattr(command, "commands")}
 PRUNE = {path for path in COMMANDS if path[0] == "prune"}
 ANALYZE = {path for path in COMMANDS if path[0] == "analyze"}
 

@@ -32,5 +32,6 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
 
 
 __all__ = [
-    "ADAPTERS", "CAPABILITIES", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
+    "ADAPTERS", "CAPABILITIES", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "find_adapter",
+    "get_adapter",
 ]

@@ -16,11 +16,10 @@ from vitprune.cli.render import percent
 from vitprune.device import AUTO
 from vitprune.training import FINETUNE_DISTILL, TrainConfig
 
+
 class Optim(str, Enum):
     adamw = "adamw"
     sgd = "sgd"
-
-
 
 
 @app.command()

@@ -41,12 +41,11 @@ DEVICE_OPT = typer.Option(AUTO, "--device", help="auto (cuda if available, else 
 #: The options of every command that loads a model's weights.
 MODEL_GROUP = ("--pretrained", "--checkpoint", "--device")
 
-_DEFAULT_SPEED = SpeedConfig()
-SPEED_OPT = typer.Option(_DEFAULT_SPEED.enabled, "--speed/--no-speed",
+SPEED_OPT = typer.Option(SpeedConfig.enabled, "--speed/--no-speed",
                          help="Time the result against the original (alternating pairs).")
-SPEED_BATCH_OPT = typer.Option(_DEFAULT_SPEED.batch_size, "--speed-batch", min=1,
+SPEED_BATCH_OPT = typer.Option(SpeedConfig.batch_size, "--speed-batch", min=1,
                                help="Batch of the speed measurement (1: latency; larger: throughput).")
-REPEATS_OPT = typer.Option(_DEFAULT_SPEED.pairs, "--repeats", min=3,
+REPEATS_OPT = typer.Option(SpeedConfig.pairs, "--repeats", min=3,
                            help="Timed runs (alternating pairs when two models are compared).")
 #: The options of every command that times a model.
 SPEED_GROUP = ("--speed", "--speed-batch", "--repeats")
