@@ -73,8 +73,8 @@ def _l1_value_dims(model: nn.Module) -> list[torch.Tensor]:
     scores = []
     for view in vitprune.get_adapter(model).blocks():
         attn = view.attn
-        width = attn.num_heads * attn.head_dim
-        v_rows = attn.qkv.weight.detach()[2 * width:].abs().sum(1)
+        _, _, v_weight = torch.cat([lin.weight.detach() for lin in attn.qkv.linears]).split(attn.qkv.widths)
+        v_rows = v_weight.abs().sum(1)
         scores.append((v_rows + attn.proj.weight.detach().abs().sum(0)).reshape(attn.num_heads, attn.head_dim))
     return scores
 

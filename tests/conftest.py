@@ -34,22 +34,42 @@ SUPPORTED_MODELS = [
     ("vit_base_gap", "vit_base_patch16_gap_224", {"img_size": 112}, False),
 ]
 
-#: The fast rows, for tests that build many models: one, two and zero-plus-registers prefix tokens, LayerScale.
+#: Hugging Face transformers rows (family ``hf:``, then the classifier class): tiny models built from a config and
+#: saved with ``save_pretrained`` (:func:`build`); twelve layers, so that tests pick the same block indices as above.
+HF_TINY = {"hidden_size": 64, "num_hidden_layers": 12, "num_attention_heads": 4, "intermediate_size": 256,
+           "image_size": 32, "patch_size": 8, "num_labels": 10}
+SUPPORTED_MODELS += [
+    ("hf_vit", "hf:ViTForImageClassification", HF_TINY, True),
+    ("hf_deit", "hf:DeiTForImageClassification", HF_TINY, True),
+    ("hf_deit_teacher", "hf:DeiTForImageClassificationWithTeacher", HF_TINY, True),
+]
+
+#: The fast rows, for tests that build many models: one, two and zero-plus-registers prefix tokens, LayerScale,
+#: and each Hugging Face classifier.
 SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[3]]
 
 
-def _params(models):
+def _family(name: str) -> type:
+    from vitprune.adapters import HFViTAdapter, TimmViTAdapter
+
+    return HFViTAdapter if name.startswith(HF_PREFIX) else TimmViTAdapter
+
+
+def _params(models, needs: tuple[str, ...]):
+    """One parameter per row whose family has the capabilities ``needs``: a test that needs, say, token pruning
+    runs on every family that can prune tokens (the others' refusals are tested in tests/adapters)."""
     return [pytest.param((name, kwargs), id=mid, marks=() if fast else pytest.mark.slow)
-            for mid, name, kwargs, fast in models]
+            for mid, name, kwargs, fast in models if set(needs) <= _family(name).capabilities]
 
 
 def pytest_generate_tests(metafunc):
     """Parametrise ``model_spec`` over every supported model (the large ones marked slow) and ``small_model_spec``
-    over the fast rows."""
+    over the fast rows, both less the families that lack what the test's ``needs`` marker names."""
+    needs = tuple(arg for mark in metafunc.definition.iter_markers("needs") for arg in mark.args)
     if "model_spec" in metafunc.fixturenames:
-        metafunc.parametrize("model_spec", _params(SUPPORTED_MODELS))
+        metafunc.parametrize("model_spec", _params(SUPPORTED_MODELS, needs))
     if "small_model_spec" in metafunc.fixturenames:
-        metafunc.parametrize("small_model_spec", _params(SMALL_MODELS))
+        metafunc.parametrize("small_model_spec", _params(SMALL_MODELS, needs))
 
 
 #: An unmarked test that takes longer than this (setup, call and teardown together) belongs in the slow lane.
@@ -96,10 +116,43 @@ def trained_digits(request):
     return request.getfixturevalue("_trained_digits_session")
 
 
+HF_PREFIX = "hf:"
+_HF_SAVES: dict[tuple, Path] = {}
+
+
 def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
-    """A randomly initialised timm model in eval mode (deterministic for a seed)."""
+    """A randomly initialised model in eval mode (deterministic for a seed): a timm model, or for ``hf:CLASS`` a
+    transformers classifier built from ``kwargs`` as its config, saved with ``save_pretrained`` and loaded from
+    there as a user's model is (with its recipe)."""
+    if not name.startswith(HF_PREFIX):
+        torch.manual_seed(seed)
+        return timm.create_model(name, pretrained=False, **kwargs).eval()
+    from vitprune.models.factory import resolve_model
+
+    key = (name, tuple(sorted(kwargs.items())), seed)
+    if key not in _HF_SAVES:
+        directory = Path(os.environ["VITPRUNE_CACHE"]) / "hf-test-models" / str(len(_HF_SAVES))
+        _HF_SAVES[key] = save_hf(directory, name.removeprefix(HF_PREFIX), kwargs, seed)
+    return resolve_model(str(_HF_SAVES[key])).eval()
+
+
+def save_hf(directory: Path, architecture: str, config: dict, seed: int = 0) -> Path:
+    """A randomly initialised transformers model (class name ``architecture``, ``config`` its config's fields) saved
+    with ``save_pretrained`` to ``directory``, as a user's model arrives."""
+    import transformers
+
+    cls = getattr(transformers, architecture)
     torch.manual_seed(seed)
-    return timm.create_model(name, pretrained=False, **kwargs).eval()
+    cls(cls.config_class(architectures=[architecture], **config)).save_pretrained(directory)
+    return directory
+
+
+def tracked(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
+    """:func:`build`'s model with a recipe, so that it can be pruned and saved."""
+    from vitprune.recipe import get_recipe, track
+
+    model = build(name, kwargs, seed)
+    return model if get_recipe(model) is not None else track(model, name, **kwargs)
 
 
 def random_hiap_gates(model: torch.nn.Module, seed: int = 1):

@@ -21,7 +21,7 @@ def _outputs(path, x):
     return OnnxRuntimeModel(path)(x)
 
 
-def test_depth_pruned_models_of_three_architectures_match_pytorch_at_any_batch(small_model_spec, tmp_path):
+def test_depth_pruned_models_of_every_family_match_pytorch_at_any_batch(small_model_spec, tmp_path):
     name, kwargs = small_model_spec
     model = vitprune.track(build(name, {**kwargs, "depth": 3}), name, **kwargs, depth=3)
     prune_depth(model, attention=[0], activation=[1, 2])

@@ -63,7 +63,9 @@ class GatedLayer(nn.Module):
     """``m * inner(x, ...) + (1 - m) * identity(x)`` for a :class:`Gate` ``m`` (HetDPT Eq. 2).
 
     ``identity`` is what the layer becomes when removed, as a function of its input: ``x`` itself
-    by default; ``torch.zeros_like`` drops a residual branch entirely.
+    by default; ``torch.zeros_like`` drops a residual branch entirely. A layer that returns a tuple
+    (transformers' attention returns its output and its attention map) is gated on the first item,
+    and the gated layer returns that tensor alone.
     """
 
     def __init__(self, inner: nn.Module, gate: Gate,
@@ -76,6 +78,8 @@ class GatedLayer(nn.Module):
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         m = self.gate()
         out = self.inner(x, *args, **kwargs)
+        if isinstance(out, tuple):
+            out = out[0]
         rest = x if self._identity is None else self._identity(x)
         return m * out + (1 - m) * rest
 

@@ -88,7 +88,7 @@ def test_uneven_blocks_count_each_block():
     model = build("deit_small_patch16_224", {})
     adapter = get_adapter(model)
     adapter.set_mlp(3, nn.Linear(D, 700), nn.Linear(700, D))
-    adapter.set_attention(7, nn.Linear(D, 3 * 2 * HEAD_DIM), nn.Linear(2 * HEAD_DIM, D), num_heads=2)
+    adapter.set_attention(7, (nn.Linear(D, 3 * 2 * HEAD_DIM),), nn.Linear(2 * HEAD_DIM, D), num_heads=2)
     structure = [(6, 1536)] * 12
     structure[3], structure[7] = (6, 700), (2, 1536)
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, tracked
 
 import vitprune
 from vitprune.errors import VitpruneError
@@ -16,7 +16,7 @@ from vitprune.surgery import add_depth_gates, prune_depth, remove_depth_gates
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
     kwargs = kwargs or {}
-    return vitprune.track(build(name, kwargs), name, **kwargs)
+    return tracked(name, kwargs)
 
 
 def _input(model, batch=2):

@@ -6,13 +6,14 @@ import math
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, tracked
 from hypothesis import note
 from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, headed_blocks, images, property_test, small_vits
 
 import vitprune
-from vitprune.adapters.timm_blocks import TokenPruneBlock, fused_log_scores
+from vitprune.adapters.timm_blocks import TokenPruneBlock
+from vitprune.adapters.tokens import fused_log_scores
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs, flop_counter_macs
 from vitprune.surgery import prune_tokens, set_token_prior, token_pruning_blocks
@@ -20,22 +21,24 @@ from vitprune.surgery import prune_tokens, set_token_prior, token_pruning_blocks
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
     kwargs = kwargs or {}
-    return vitprune.track(build(name, kwargs), name, **kwargs)
+    return tracked(name, kwargs)
 
 
 def _images(model, n=2, seed=0):
     return torch.randn(n, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(seed))
 
 
+@pytest.mark.needs("token_pruning")
 def test_keep_rate_one_is_the_identity(small_model_spec):
     model = _model(*small_model_spec)
     x = _images(model)
     with torch.no_grad():
         dense = model(x)
-        for block in range(len(model.blocks)):
+        blocks = range(len(vitprune.get_adapter(model).blocks()))
+        for block in blocks:
             prune_tokens(model, block, 1.0, alpha=0.15)
         torch.testing.assert_close(model(x), dense, rtol=1e-5, atol=1e-5)
-    assert set(token_pruning_blocks(model)) == set(range(len(model.blocks)))
+    assert set(token_pruning_blocks(model)) == set(blocks)
 
 
 def _positions_seen(model, x):

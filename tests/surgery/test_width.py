@@ -6,11 +6,12 @@ import copy
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, tracked
 from hypothesis import strategies as st
 from strategies import EXAMPLES, images, property_test, small_vits
 
 import vitprune
+from vitprune.adapters import TimmViTAdapter
 from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import VitpruneError
 from vitprune.surgery import (compensate_mean_shift, prune_attention_dims, prune_head_dims, prune_heads,
@@ -24,13 +25,13 @@ def _input(model, batch=2):
 
 def test_prune_heads_equals_masked_heads(small_model_spec):
     name, kwargs = small_model_spec
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     masked = copy.deepcopy(model)
     adapter = vitprune.get_adapter(model)
     heads, hd = adapter.block(2).attn.num_heads, adapter.block(2).attn.head_dim
     keep = [h for h in range(heads) if h != 1]
     with torch.no_grad():  # masking: removed head's columns of proj contribute nothing
-        masked.blocks[2].attn.proj.weight[:, hd:2 * hd] = 0
+        vitprune.get_adapter(masked).block(2).attn.proj.weight[:, hd:2 * hd] = 0
     params_before = sum(p.numel() for p in model.parameters())
 
     prune_heads(model, 2, keep)
@@ -39,7 +40,8 @@ def test_prune_heads_equals_masked_heads(small_model_spec):
     with torch.no_grad():
         torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
     view = vitprune.get_adapter(model).block(2).attn
-    assert view.num_heads == heads - 1 and view.qkv.out_features == 3 * (heads - 1) * hd
+    assert view.num_heads == heads - 1 and view.qkv.widths == ((heads - 1) * hd,) * 3
+    assert sum(lin.out_features for lin in view.qkv.linears) == 3 * (heads - 1) * hd
     dim = adapter.embed_dim
     removed = 3 * hd * (dim + 1) + hd * dim  # qkv rows with biases, proj columns
     assert sum(p.numel() for p in model.parameters()) == params_before - removed
@@ -48,13 +50,13 @@ def test_prune_heads_equals_masked_heads(small_model_spec):
 
 def test_prune_mlp_neurons_equals_masked_neurons(small_model_spec):
     name, kwargs = small_model_spec
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     masked = copy.deepcopy(model)
     hidden = vitprune.get_adapter(model).block(5).mlp.hidden_features
     keep = list(range(0, hidden, 3))
     removed = sorted(set(range(hidden)) - set(keep))
     with torch.no_grad():
-        masked.blocks[5].mlp.fc2.weight[:, removed] = 0
+        vitprune.get_adapter(masked).block(5).mlp.fc2.weight[:, removed] = 0
 
     prune_mlp_neurons(model, block=5, keep=keep)
 
@@ -62,38 +64,45 @@ def test_prune_mlp_neurons_equals_masked_neurons(small_model_spec):
     with torch.no_grad():
         torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
     assert vitprune.get_adapter(model).block(5).mlp.hidden_features == len(keep)
-    assert model.blocks[5].mlp.fc1.weight.shape == (len(keep), vitprune.get_adapter(model).embed_dim)
+    assert vitprune.get_adapter(model).block(5).mlp.fc1.weight.shape == (len(keep), vitprune.get_adapter(model).embed_dim)
 
 
-def test_a_sublayer_left_no_unit_is_a_constant_and_its_norm_is_skipped(small_model_spec):
+@pytest.mark.needs("value_width")
+def test_a_sublayer_left_no_unit_is_a_constant(small_model_spec):
+    """An attention without heads and an MLP without neurons give their output bias; timm's block then skips them
+    and the norms before them."""
     name, kwargs = small_model_spec
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     zeroed = copy.deepcopy(model)
     with torch.no_grad():
         for p in model.parameters():  # timm starts biases at 0: the constants must show
             p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
         zeroed.load_state_dict(model.state_dict())
-        zeroed.blocks[1].attn.proj.weight.zero_()
-        zeroed.blocks[2].mlp.fc2.weight.zero_()
+        vitprune.get_adapter(zeroed).block(1).attn.proj.weight.zero_()
+        vitprune.get_adapter(zeroed).block(2).mlp.fc2.weight.zero_()
 
     prune_attention_dims(model, 1, [], [])
     prune_mlp_neurons(model, 2, [])
 
-    assert type(model.blocks[1]) is DepthBlock and type(model.blocks[2]) is DepthBlock
+    views = vitprune.get_adapter(model).blocks()
+    assert views[1].attn.num_heads == 0 and views[2].mlp.hidden_features == 0
     calls = []
     for block in (1, 2):
-        for norm in (model.blocks[block].norm1, model.blocks[block].norm2):
+        for norm in (views[block].norm1, views[block].norm2):
             norm.register_forward_hook(lambda m, i, o, name=norm: calls.append(name))
+    timm_family = isinstance(vitprune.get_adapter(model), TimmViTAdapter)
     x = _input(model)
     with torch.no_grad():
         expected = zeroed(x)
         torch.testing.assert_close(model.eval()(x), expected, rtol=1e-5, atol=1e-5)
-        assert calls == [model.blocks[1].norm2, model.blocks[2].norm1]  # only the norms of live sublayers ran
+        if timm_family:
+            assert type(model.blocks[1]) is DepthBlock and type(model.blocks[2]) is DepthBlock
+            assert calls == [views[1].norm2, views[2].norm1]  # only the norms of live sublayers ran
         calls.clear()
         torch.testing.assert_close(model.train()(x), expected, rtol=1e-5, atol=1e-5)  # no dropout in these models
         assert len(calls) == 4
     # The constant path never writes to the bias.
-    assert torch.equal(model.blocks[2].mlp.fc2.bias, zeroed.blocks[2].mlp.fc2.bias)
+    assert torch.equal(views[2].mlp.fc2.bias, vitprune.get_adapter(zeroed).block(2).mlp.fc2.bias)
 
 
 def test_token_pruning_runs_on_a_block_whose_mlp_has_no_neuron():
@@ -106,26 +115,36 @@ def test_token_pruning_runs_on_a_block_whose_mlp_has_no_neuron():
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=1e-5, atol=1e-5)
 
 
+def _unfused(model) -> None:
+    """Make the model's attention take its unfused (eager) path."""
+    if isinstance(vitprune.get_adapter(model), TimmViTAdapter):
+        for view in vitprune.get_adapter(model).blocks():
+            view.attn.module.fused_attn = False
+    else:
+        model.hf.set_attn_implementation("eager")
+
+
 def test_prune_head_dims_keeps_the_same_offsets_in_every_head_and_both_attention_paths_agree(small_model_spec):
     name, kwargs = small_model_spec
-    kwargs = {**kwargs, "depth": 2}
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
-    heads, hd = model.blocks[0].attn.num_heads, model.blocks[0].attn.head_dim
+    model = tracked(name, kwargs)
+    view = vitprune.get_adapter(model).block(0).attn
+    heads, hd = view.num_heads, view.head_dim
     same = copy.deepcopy(model)
     prune_head_dims(same, 0, list(range(hd)))
     x = _input(model)
     with torch.no_grad():
         assert torch.equal(same(x), model(x))
-    keep = [1, 2, 3, 10, 40, hd - 1]
-    q_rows = model.blocks[0].attn.qkv.weight[[h * hd + j for h in range(heads) for j in keep]]
+    keep = [1, 2, 3, hd // 2, hd - 2, hd - 1]
+    q_rows = view.qkv.linears[0].weight[[h * hd + j for h in range(heads) for j in keep]]
     prune_head_dims(model, 0, keep)
-    attn = model.blocks[0].attn
-    assert (attn.num_heads, attn.head_dim, attn.qkv.out_features, attn.proj.in_features) == (heads, 6, 18 * heads,
-                                                                                             6 * heads)
-    assert torch.equal(attn.qkv.weight[:6 * heads], q_rows)
+    attn = vitprune.get_adapter(model).block(0).attn
+    assert (attn.num_heads, attn.head_dim, attn.qkv.widths, attn.proj.in_features) == (heads, 6, (6 * heads,) * 3,
+                                                                                        6 * heads)
+    assert attn.softmax_scale == 6 ** -0.5
+    assert torch.equal(attn.qkv.linears[0].weight[:6 * heads], q_rows)
     with torch.no_grad():
         fused = model(x)
-        attn.fused_attn = False
+        _unfused(model)
         torch.testing.assert_close(model(x), fused, rtol=1e-5, atol=1e-5)
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.hf_vit import HFImageClassifier, HFViTAdapter
 from vitprune.adapters.timm_vit import TimmViTAdapter
 from vitprune.errors import UnsupportedArchitectureError
 
 #: Adapter classes tried in order by :func:`get_adapter`; a new family registers here.
-ADAPTERS: list[type[ViTAdapter]] = [TimmViTAdapter]
+ADAPTERS: list[type[ViTAdapter]] = [TimmViTAdapter, HFViTAdapter]
 
 
 def find_adapter(model: nn.Module) -> ViTAdapter | None:
@@ -32,6 +33,6 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
 
 
 __all__ = [
-    "ADAPTERS", "CAPABILITIES", "AttentionView", "BlockView", "MlpView", "TimmViTAdapter", "ViTAdapter", "find_adapter",
-    "get_adapter",
+    "ADAPTERS", "CAPABILITIES", "QKV", "AttentionView", "BlockView", "HFImageClassifier", "HFViTAdapter", "MlpView",
+    "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
 ]

@@ -10,6 +10,7 @@ Views are snapshots: after an edit, call :meth:`ViTAdapter.blocks` again.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +18,7 @@ from torch import nn
 
 from vitprune.errors import UnsupportedArchitectureError
 from vitprune.layers import Gate
+from vitprune.linear import slice_linear
 
 #: What a family can have done to it, by name; each adapter lists the ones it supports in ``capabilities``.
 CAPABILITIES: dict[str, str] = {
@@ -24,6 +26,7 @@ CAPABILITIES: dict[str, str] = {
     "activation_removal": "remove MLP activations and merge fc1·fc2",
     "ffn_width": "prune FFN neurons",
     "head_width": "prune heads and head dimensions",
+    "value_width": "give each head its own number of value dimensions",
     "embed_width": "prune embedding channels",
     "token_pruning": "prune tokens",
     "lrp": "propagate LRP relevance through its blocks",
@@ -32,23 +35,78 @@ CAPABILITIES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class QKV:
+    """The query, key and value projections of one attention, whatever their form.
+
+    ``linears`` is one Linear whose output rows are ``[q | k | v]`` (timm) or three Linears
+    ``(q, k, v)`` (Hugging Face); ``widths`` are the rows of q, k and v, each grouped head by head.
+    Methods slice and run projections through this view only, never assuming either form.
+    """
+
+    linears: tuple[nn.Linear, ...]
+    widths: tuple[int, int, int]
+
+    def __post_init__(self) -> None:
+        rows = [lin.out_features for lin in self.linears]
+        if rows != ([sum(self.widths)] if len(self.linears) == 1 else list(self.widths)):
+            raise ValueError(f"projections of {rows} rows do not hold q, k and v of {list(self.widths)} rows")
+
+    @property
+    def fused(self) -> bool:
+        """Whether one Linear computes q, k and v."""
+        return len(self.linears) == 1
+
+    @property
+    def in_features(self) -> int:
+        """Width of the input the projections read."""
+        return self.linears[0].in_features
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of ``x``, each ``(..., rows)``."""
+        if self.fused:
+            return self.linears[0](x).split(self.widths, dim=-1)
+        q, k, v = (lin(x) for lin in self.linears)
+        return q, k, v
+
+    def pieces(self, q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> list[tuple[nn.Linear, torch.Tensor]]:
+        """Each Linear with the part of a per-row quantity (an output, a relevance) that belongs to its rows."""
+        if self.fused:
+            return [(self.linears[0], torch.cat([q, k, v], dim=-1))]
+        return list(zip(self.linears, (q, k, v), strict=True))
+
+    def select(self, q_rows: Sequence[int], k_rows: Sequence[int], v_rows: Sequence[int]) -> tuple[nn.Linear, ...]:
+        """New projections of the same form with only rows ``q_rows``, ``k_rows`` and ``v_rows`` of q, k and v."""
+        if self.fused:
+            wq, wk, _ = self.widths
+            rows = [*q_rows, *(wq + r for r in k_rows), *(wq + wk + r for r in v_rows)]
+            return (slice_linear(self.linears[0], out_idx=rows),)
+        return tuple(slice_linear(lin, out_idx=list(rows))
+                     for lin, rows in zip(self.linears, (q_rows, k_rows, v_rows), strict=True))
+
+    def select_inputs(self, keep: Sequence[int]) -> tuple[nn.Linear, ...]:
+        """New projections that read only input channels ``keep``."""
+        return tuple(slice_linear(lin, in_idx=list(keep)) for lin in self.linears)
+
+
+@dataclass(frozen=True)
 class AttentionView:
     """Multi-head self-attention of one block.
 
-    ``qkv`` holds the query, key and value projections fused along its output rows in the order
-    ``[q | k | v]``, each ``num_heads * head_dim`` rows grouped head by head; ``proj`` maps the
+    ``qkv`` gives the query, key and value projections (:class:`QKV`), each ``num_heads * head_dim``
+    rows grouped head by head (values: ``value_dims`` where heads differ); ``proj`` maps the
     concatenated heads back to the embedding width.
     """
 
     module: nn.Module
-    qkv: nn.Linear
+    qkv: QKV
     proj: nn.Linear
     num_heads: int
     head_dim: int
     #: The mask wrapped around this attention by :meth:`ViTAdapter.set_attention_module`, if any.
     gate: Gate | None = None
     #: Value width of each head where heads differ (HiAP's extraction); ``None``: every head has
-    #: ``head_dim`` values, and ``qkv`` is the uniform ``[q | k | v]`` layout.
+    #: ``head_dim`` values.
     value_dims: tuple[int, ...] | None = None
     #: Norms of the queries and of the keys over the head dimension (``nn.Identity`` in most ViTs).
     q_norm: nn.Module = field(default_factory=nn.Identity)
@@ -223,10 +281,11 @@ class ViTAdapter(ABC):
         """The classification heads (two for distilled DeiT, none after ``reset_classifier(0)``)."""
 
     @abstractmethod
-    def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int,
+    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
                       head_dim: int | None = None) -> None:
         """Install new attention projections in block ``index`` with ``num_heads`` heads of ``head_dim``
-        (``None``: unchanged); a new head dim gets the softmax scale ``head_dim**-0.5``."""
+        (``None``: unchanged); a new head dim gets the softmax scale ``head_dim**-0.5``. ``qkv`` has the form
+        of the block's :attr:`AttentionView.qkv` (as :meth:`QKV.select` returns)."""
 
     @abstractmethod
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
@@ -262,9 +321,10 @@ class ViTAdapter(ABC):
         """Install ``module`` as the attention of block ``index``: the unwrapped attention, or a gate around it."""
 
     @abstractmethod
-    def set_value_dims(self, index: int, qkv: nn.Linear, proj: nn.Linear, value_dims: list[int]) -> None:
-        """Install heads of uneven value widths in block ``index``: ``qkv`` holds every kept head's full query
-        and key rows, then ``value_dims[h]`` value rows per head; ``proj`` reads the concatenated values."""
+    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
+        """Install heads of uneven value widths in block ``index``: ``qkv`` (the form of :attr:`AttentionView.qkv`)
+        holds every kept head's full query and key rows, then ``value_dims[h]`` value rows per head; ``proj``
+        reads the concatenated values."""
 
     @abstractmethod
     def set_activation(self, index: int, act: nn.Module) -> None:

@@ -4,8 +4,6 @@ pruning down to zero) and blocks that drop patch tokens (token pruning)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from timm.layers import Attention, Mlp
@@ -13,6 +11,7 @@ from timm.models.vision_transformer import Block
 from torch import nn
 
 from vitprune.adapters.heads import merge_heads, split_heads
+from vitprune.adapters.tokens import TokenSelection, cls_attention_row, run_token_blocks
 
 
 class DepthBlock(nn.Module):
@@ -141,19 +140,6 @@ class VariableHeadAttention(nn.Module):
         return self.proj_drop(self.proj(merge_heads(out, self.value_dims)))
 
 
-def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
-                      key_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The first query's attention probabilities over all keys, ``(B, H, N)``, from ``(B, H, N, d)`` queries and keys.
-
-    One query against the keys, so the full ``N x N`` map is never materialised; keys where
-    ``key_mask`` ``(B, N)`` is ``False`` get probability 0.
-    """
-    logits = (q[:, :, :1] * scale) @ k.transpose(-2, -1)
-    if key_mask is not None:
-        logits = logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
-    return logits.softmax(dim=-1)[:, :, 0]
-
-
 def attention_with_cls_row(attn: Attention | VariableHeadAttention, x: torch.Tensor,
                            key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention's output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.
@@ -181,51 +167,21 @@ def attention_with_cls_row(attn: Attention | VariableHeadAttention, x: torch.Ten
     return attn.proj_drop(attn.proj(out)), cls_row
 
 
-class TokenPruneBlock(nn.Module):
-    """timm's pre-norm ``Block`` that keeps the prefix tokens and the top-scoring patch tokens before its MLP.
+class TokenPruneBlock(TokenSelection):
+    """timm's pre-norm ``Block`` that keeps the prefix tokens and the top-scoring patch tokens before its MLP
+    (:class:`~vitprune.adapters.tokens.TokenSelection` says which).
 
-    After ``x + attention`` the patch tokens are scored by the fusion of the head-averaged [CLS]
-    attention (``intra``, online) and the per-position prior ``inter`` (a buffer indexed by each
-    token's *original* patch position; ones = no prior): ``alpha·log(intra) + (1−alpha)·log(inter)``,
-    whose top-k equals the top-k of STAR's ``intra^alpha · inter^(1−alpha)``. The attention is timm's
-    or a :class:`VariableHeadAttention` with at least one head. Submodule names are ``Block``'s, so
-    state-dict keys do not change.
-
-    Static (STAR): every image keeps ``ceil(keep_rate · n)`` of its ``n`` patch tokens, a count
-    fixed by the input size, so the model exports and compiles. Adaptive (a-STAR): each image
-    keeps the fewest top tokens whose share of the normalised fused score reaches ``keep_rate``,
-    never more than STAR would. A batch then holds as many slots as its largest count; the
-    other images' extra slots are padding that no token attends to (``valid`` is ``False``), so
-    each image's output equals its output in a batch of one. Kept tokens stay in original order.
+    The attention is timm's or a :class:`VariableHeadAttention` with at least one head. Submodule
+    names are ``Block``'s, so state-dict keys do not change.
     """
 
     def __init__(self, block: Block, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0,
                  alpha: float = 1.0, adaptive: bool = False) -> None:
-        super().__init__()
+        super().__init__(num_prefix_tokens=num_prefix_tokens, num_patches=num_patches, keep_rate=keep_rate,
+                         alpha=alpha, adaptive=adaptive)
         self.norm1, self.attn, self.ls1, self.drop_path1 = block.norm1, block.attn, block.ls1, block.drop_path1
         self.norm2, self.mlp, self.ls2, self.drop_path2 = block.norm2, block.mlp, block.ls2, block.drop_path2
-        self.num_prefix_tokens, self.keep_rate, self.alpha = num_prefix_tokens, keep_rate, alpha
-        self.adaptive = adaptive
-        self.register_buffer("inter", torch.ones(num_patches))
         self.train(block.training)
-
-    def keep_count(self, patches: int) -> int:
-        """Patch tokens STAR keeps out of ``patches`` entering: ``ceil(keep_rate · patches)``, at least 1."""
-        # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.
-        return max(1, math.ceil(round(self.keep_rate * patches, 9)))
-
-    def scores(self, cls_row: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Fused log-scores ``(B, patches)`` from the [CLS] row ``(B, H, N)`` and the tokens' original positions."""
-        intra = cls_row[:, :, self.num_prefix_tokens:].mean(dim=1).detach()
-        return fused_log_scores(intra, self.inter[positions], self.alpha)
-
-    def adaptive_counts(self, scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """a-STAR's count per image: the fewest top tokens whose normalised fused score sums to ``keep_rate``."""
-        mass = scores.masked_fill(~valid, float("-inf")).softmax(dim=1).sort(dim=1, descending=True).values
-        reached = mass.cumsum(dim=1) >= self.keep_rate - 1e-6
-        # The first index where the cumulative mass reaches the rate, counted inclusively (the paper's r_l).
-        counts = torch.where(reached.any(dim=1), reached.float().argmax(dim=1) + 1, valid.sum(dim=1))
-        return counts.clamp(min=1)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
                 valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -234,57 +190,11 @@ class TokenPruneBlock(nn.Module):
         ``positions`` ``(B, n)`` are the patch tokens' original indices; ``valid`` ``(B, n)`` marks
         the real ones where an adaptive block left padding (``None``: all real).
         """
-        prefix, patches = self.num_prefix_tokens, x.shape[1] - self.num_prefix_tokens
-        key_mask = None if valid is None else torch.cat([valid.new_ones(x.shape[0], prefix), valid], dim=1)
-        out, cls_row = attention_with_cls_row(self.attn, self.norm1(x), key_mask)
+        out, cls_row = attention_with_cls_row(self.attn, self.norm1(x), self.key_mask(x, valid))
         x = x + self.drop_path1(self.ls1(out))
-        if positions is None:
-            positions = torch.arange(patches, device=x.device).expand(x.shape[0], patches)
-        if not self.adaptive and valid is None:
-            keep = self.keep_count(patches)
-            if keep < patches:
-                chosen = self.scores(cls_row, positions).topk(keep, dim=1).indices.sort(dim=1).values
-                x, positions = _keep(x, positions, chosen, prefix)
-        else:
-            x, positions, valid = self._keep_ragged(x, positions, valid, self.scores(cls_row, positions))
+        x, positions, valid = self.select(x, positions, valid, cls_row)
         x = x + self.drop_path2(self.ls2(mlp_branch(self, x)))
         return x, positions, valid
-
-    def _keep_ragged(self, x: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor | None,
-                     scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        valid = torch.ones_like(positions, dtype=torch.bool) if valid is None else valid
-        real = valid.sum(dim=1)
-        if self.adaptive:
-            counts = self.adaptive_counts(scores, valid)
-        else:
-            counts = torch.ceil(torch.round(self.keep_rate * real.double(), decimals=9)).long().clamp(min=1)
-        slots = int(counts.max())
-        ranked = scores.masked_fill(~valid, float("-inf")).topk(slots, dim=1).indices
-        kept = torch.arange(slots, device=x.device) < counts[:, None]
-        # Kept tokens first in original order, then the padding slots.
-        order = torch.where(kept, ranked, ranked + positions.shape[1]).sort(dim=1).indices
-        chosen, kept = ranked.gather(1, order), kept.gather(1, order)
-        x, positions = _keep(x, positions, chosen, self.num_prefix_tokens)
-        return x, positions, kept
-
-
-def _keep(x: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
-          prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The prefix tokens and the patch tokens at slots ``chosen`` ``(B, k)``, with their original positions."""
-    kept = x[:, prefix:].gather(1, chosen[..., None].expand(-1, -1, x.shape[2]))
-    return torch.cat([x[:, :prefix], kept], dim=1), positions.gather(1, chosen)
-
-
-def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor, alpha: float, eps: float = 1e-12) -> torch.Tensor:
-    """``alpha·log(intra) + (1−alpha)·log(inter)``: the log of STAR's fused score, up to a per-row constant.
-
-    ``exp`` of it, normalised, is the minimiser of ``alpha·KL(p‖intra) + (1−alpha)·KL(p‖inter)``
-    over distributions ``p``. ``eps`` floors both scores: an exact zero must not veto a token.
-    """
-    fused = alpha * intra.clamp_min(eps).log()
-    if alpha < 1:
-        fused = fused + (1 - alpha) * inter.clamp_min(eps).log()
-    return fused
 
 
 class TokenBlocks(nn.Sequential):
@@ -292,13 +202,5 @@ class TokenBlocks(nn.Sequential):
     adaptive block, which slots are real) from block to block."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        positions = valid = None
-        for block in self:
-            if isinstance(block, TokenPruneBlock):
-                x, positions, valid = block(x, positions, valid)
-            elif valid is None:
-                x = block(x)
-            else:
-                prefix = x.new_ones(x.shape[0], x.shape[1] - valid.shape[1], dtype=torch.bool)
-                x = block(x, attn_mask=torch.cat([prefix, valid], dim=1)[:, None, None, :])
-        return x
+        return run_token_blocks(self, x, lambda block, x, mask: block(x) if mask is None else
+                                block(x, attn_mask=mask[:, None, None, :]))

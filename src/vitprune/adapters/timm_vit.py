@@ -2,93 +2,63 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
-from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.adapters.channels import reject, slice_conv_outputs, slice_norm, slice_parameter, unwrap
+from vitprune.errors import VitpruneError
 from vitprune.linear import slice_linear
-from vitprune.layers import Gate, GatedLayer
 
 
-def _reject(path: str, module: nn.Module, why: str) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(f"unsupported architecture: {path} is {type(module).__name__} ({why})")
-
-
-def _unwrap(module: nn.Module | None) -> tuple[nn.Module | None, Gate | None]:
-    """The layer inside a gate, and the gate (``None`` for an ungated layer)."""
-    if isinstance(module, GatedLayer):
-        return module.inner, module.gate
-    return module, None
+def _fused(index: int, qkv: Sequence[nn.Linear]) -> nn.Linear:
+    """The one fused ``[q | k | v]`` Linear timm's attention holds."""
+    if len(qkv) != 1:
+        raise ValueError(f"blocks.{index}.attn fuses q, k and v into one Linear; got {len(qkv)} projections")
+    return qkv[0]
 
 
 def _check_attention(path: str, attn: nn.Module | None) -> None:
-    attn, _ = _unwrap(attn)
+    attn, _ = unwrap(attn)
     if attn is None:
         return
     if type(attn) is VariableHeadAttention:
         return
     if type(attn) is not Attention:
-        raise _reject(path, attn, "only timm's standard fused-qkv Attention is supported")
+        raise reject(path, attn, "only timm's standard fused-qkv Attention is supported")
     if getattr(attn, "gate", None) is not None:
-        raise _reject(path, attn, "gated attention output is not supported")
+        raise reject(path, attn, "gated attention output is not supported")
     if not isinstance(attn.norm, nn.Identity):
-        raise _reject(path, attn, "a norm over the concatenated heads (scale_norm) is not supported")
+        raise reject(path, attn, "a norm over the concatenated heads (scale_norm) is not supported")
 
 
 def _check_mlp(path: str, mlp: nn.Module) -> None:
     if type(mlp) is not Mlp:
-        raise _reject(path, mlp, "only the plain fc1 -> activation -> fc2 MLP is supported; "
+        raise reject(path, mlp, "only the plain fc1 -> activation -> fc2 MLP is supported; "
                                  "gated (GLU/SwiGLU) MLPs cannot be represented")
-    merged = isinstance(mlp.fc2, nn.Identity) and isinstance(_unwrap(mlp.act)[0], nn.Identity)
+    merged = isinstance(mlp.fc2, nn.Identity) and isinstance(unwrap(mlp.act)[0], nn.Identity)
     if not isinstance(mlp.fc1, nn.Linear) or not (isinstance(mlp.fc2, nn.Linear) or merged):
-        raise _reject(path, mlp, "fc1 and fc2 must be nn.Linear, or fc2 the identity after a merge")
+        raise reject(path, mlp, "fc1 and fc2 must be nn.Linear, or fc2 the identity after a merge")
     if not isinstance(mlp.norm, nn.Identity):
-        raise _reject(path, mlp, "a norm inside the MLP (scale_mlp_norm) is not supported")
+        raise reject(path, mlp, "a norm inside the MLP (scale_mlp_norm) is not supported")
 
 
 #: The learned tokens and position embedding a timm ViT adds to the stream.
 _TOKEN_PARAMETERS = ("cls_token", "reg_token", "dist_token", "pos_embed")
 
 
-def _keep(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:
-    return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device))
-
-
-def _slice_parameter(owner: nn.Module, name: str, dim: int, keep: list[int]) -> None:
-    """Replace ``owner.<name>`` by its slices ``keep`` along ``dim``; absent or ``None`` is left alone."""
-    param = getattr(owner, name, None)
-    if param is not None:
-        setattr(owner, name, nn.Parameter(_keep(param, dim, keep), requires_grad=param.requires_grad))
-
-
-def _slice_norm(norm: nn.Module | None, keep: list[int], path: str) -> nn.Module | None:
-    """``norm`` over the channels ``keep`` only; a LayerNorm's statistics then run over those channels."""
-    if norm is None or isinstance(norm, nn.Identity):
-        return norm
-    if not isinstance(norm, nn.LayerNorm):
-        raise _reject(path, norm, "only LayerNorm can lose channels")
-    new = nn.LayerNorm(len(keep), eps=norm.eps, elementwise_affine=norm.elementwise_affine,
-                       bias=norm.bias is not None, device=norm.weight.device if norm.weight is not None else None,
-                       dtype=norm.weight.dtype if norm.weight is not None else None)
-    with torch.no_grad():
-        if norm.weight is not None:
-            new.weight.copy_(_keep(norm.weight, 0, keep))
-        if norm.bias is not None:
-            new.bias.copy_(_keep(norm.bias, 0, keep))
-    return new.train(norm.training)
-
-
 def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None:
     if ls is None or isinstance(ls, nn.Identity):
         return
     if not isinstance(getattr(ls, "gamma", None), torch.Tensor):
-        raise _reject(path, ls, "not a LayerScale with a per-channel gamma")
-    _slice_parameter(ls, "gamma", 0, keep)
+        raise reject(path, ls, "not a LayerScale with a per-channel gamma")
+    slice_parameter(ls, "gamma", 0, keep)
 
 
 class TimmViTAdapter(ViTAdapter):
@@ -114,7 +84,7 @@ class TimmViTAdapter(ViTAdapter):
         for i, block in enumerate(model.blocks):
             path = f"blocks.{i}"
             if type(block) not in (Block, DepthBlock, TokenPruneBlock):
-                raise _reject(path, block, "only timm's pre-norm Block is supported")
+                raise reject(path, block, "only timm's pre-norm Block is supported")
             _check_attention(f"{path}.attn", block.attn)
             _check_mlp(f"{path}.mlp", block.mlp)
 
@@ -127,12 +97,16 @@ class TimmViTAdapter(ViTAdapter):
 
     @staticmethod
     def _view(index: int, block: Block | DepthBlock | TokenPruneBlock) -> BlockView:
-        (a, attn_gate), m = _unwrap(block.attn), block.mlp
-        act, act_gate = _unwrap(m.act)
-        attn = None if a is None else AttentionView(
-            module=a, qkv=a.qkv, proj=a.proj, num_heads=a.num_heads, head_dim=a.head_dim, gate=attn_gate,
-            value_dims=tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None,
-            q_norm=a.q_norm, k_norm=a.k_norm, scale=a.scale)
+        (a, attn_gate), m = unwrap(block.attn), block.mlp
+        act, act_gate = unwrap(m.act)
+        attn = None
+        if a is not None:
+            value_dims = tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None
+            qk = a.num_heads * a.head_dim
+            attn = AttentionView(
+                module=a, qkv=QKV((a.qkv,), (qk, qk, qk if value_dims is None else sum(value_dims))), proj=a.proj,
+                num_heads=a.num_heads, head_dim=a.head_dim, gate=attn_gate, value_dims=value_dims,
+                q_norm=a.q_norm, k_norm=a.k_norm, scale=a.scale)
         return BlockView(
             index=index,
             name=f"blocks.{index}",
@@ -222,9 +196,10 @@ class TimmViTAdapter(ViTAdapter):
                                      constant_output(block.mlp) is not None):
             self._depth_block(index)
 
-    def set_attention(self, index: int, qkv: nn.Linear, proj: nn.Linear, num_heads: int,
+    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
                       head_dim: int | None = None) -> None:
-        attn, _ = _unwrap(self.model.blocks[index].attn)
+        qkv = _fused(index, qkv)
+        attn, _ = unwrap(self.model.blocks[index].attn)
         if attn is None:
             raise ValueError(f"blocks.{index} has no attention")
         if isinstance(attn, VariableHeadAttention):
@@ -287,9 +262,10 @@ class TimmViTAdapter(ViTAdapter):
         block.attn = module
         self._skip_constant(index)
 
-    def set_value_dims(self, index: int, qkv: nn.Linear, proj: nn.Linear, value_dims: list[int]) -> None:
+    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
         attn = self.model.blocks[index].attn
-        self.set_attention_module(index, VariableHeadAttention(attn, qkv=qkv, proj=proj, value_dims=value_dims))
+        self.set_attention_module(index, VariableHeadAttention(attn, qkv=_fused(index, qkv), proj=proj,
+                                                               value_dims=value_dims))
 
     def set_activation(self, index: int, act: nn.Module) -> None:
         mlp = self.model.blocks[index].mlp
@@ -300,23 +276,15 @@ class TimmViTAdapter(ViTAdapter):
     def prune_embed_dims(self, keep: list[int]) -> None:
         model = self.model
         if model.attn_pool is not None:
-            raise _reject("attn_pool", model.attn_pool, "attention pooling cannot lose channels")
-        proj = model.patch_embed.proj
-        conv = nn.Conv2d(proj.in_channels, len(keep), proj.kernel_size, proj.stride, proj.padding, proj.dilation,
-                         proj.groups, bias=proj.bias is not None, padding_mode=proj.padding_mode,
-                         device=proj.weight.device, dtype=proj.weight.dtype)
-        with torch.no_grad():
-            conv.weight.copy_(_keep(proj.weight, 0, keep))
-            if proj.bias is not None:
-                conv.bias.copy_(_keep(proj.bias, 0, keep))
-        model.patch_embed.proj = conv.train(proj.training)
-        model.patch_embed.norm = _slice_norm(model.patch_embed.norm, keep, "patch_embed.norm")
+            raise reject("attn_pool", model.attn_pool, "attention pooling cannot lose channels")
+        model.patch_embed.proj = slice_conv_outputs(model.patch_embed.proj, keep)
+        model.patch_embed.norm = slice_norm(model.patch_embed.norm, keep, "patch_embed.norm")
         for name in _TOKEN_PARAMETERS:
-            _slice_parameter(model, name, 2, keep)
+            slice_parameter(model, name, 2, keep)
         for name in ("norm_pre", "norm", "fc_norm"):
-            setattr(model, name, _slice_norm(getattr(model, name), keep, name))
+            setattr(model, name, slice_norm(getattr(model, name), keep, name))
         for head in self.classifier_heads():
-            _slice_parameter(head, "weight", 1, keep)
+            slice_parameter(head, "weight", 1, keep)
             head.in_features = len(keep)
         for view in self.blocks():
             self._prune_block_embed_dims(view, keep)
@@ -324,12 +292,12 @@ class TimmViTAdapter(ViTAdapter):
 
     def _prune_block_embed_dims(self, view: BlockView, keep: list[int]) -> None:
         block, path = view.module, view.name
-        block.norm1 = _slice_norm(block.norm1, keep, f"{path}.norm1")
-        block.norm2 = _slice_norm(block.norm2, keep, f"{path}.norm2")
+        block.norm1 = slice_norm(block.norm1, keep, f"{path}.norm1")
+        block.norm2 = slice_norm(block.norm2, keep, f"{path}.norm2")
         _slice_layer_scale(block.ls1, keep, f"{path}.ls1")
         _slice_layer_scale(block.ls2, keep, f"{path}.ls2")
         if view.attn is not None:
-            view.attn.module.qkv = slice_linear(view.attn.qkv, in_idx=keep)
+            (view.attn.module.qkv,) = view.attn.qkv.select_inputs(keep)
             view.attn.module.proj = slice_linear(view.attn.proj, out_idx=keep)
         mlp = view.mlp
         if mlp.merged:

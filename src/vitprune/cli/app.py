@@ -31,7 +31,8 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-MODEL_HELP = "A timm model name, 'digits-vit' (the embedded default), or a directory written by vitprune."
+MODEL_HELP = ("A timm model name, 'digits-vit' (the embedded default), a directory written by vitprune, or a Hugging "
+              "Face ViT/DeiT classifier (a save_pretrained directory, or hf:owner/name; needs vitprune[hf]).")
 
 
 def print_json(data: Any) -> None:

@@ -35,7 +35,8 @@ class Distill(str, Enum):
 
 
 PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained",
-                              help="Start a timm MODEL from its pretrained weights (cached or downloaded).")
+                              help="Start a timm or Hugging Face MODEL from its pretrained weights (cached or "
+                                   "downloaded; a save_pretrained directory's own).")
 CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
 DEVICE_OPT = typer.Option(AUTO, "--device", help="auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
 #: The options of every command that loads a model's weights.

@@ -218,8 +218,8 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
             block.tokens = _first_tensor(args, kwargs).shape[1]
         return hook
 
-    # On qkv's input, not the attention module's: a token-pruning block runs the attention through
-    # its submodules (to read the [CLS] row too), but every path computes qkv from the tokens that attend.
+    # On the projections' input, not the attention module's: a token-pruning block runs the attention
+    # through its submodules (to read the [CLS] row too), but every path projects the tokens that attend.
     # QK^T costs N^2 per query/key dimension, A.V N^2 per value dimension (heads may differ in value
     # width after HiAP); a token-pruning block also scores with its [CLS] row: one query against N keys.
     def attn_hook(block: BlockMacs, qk_width: int, v_width: int, cls_row: bool):
@@ -233,7 +233,7 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
     for block, view in zip(blocks, views, strict=True):
         handles.append(view.module.register_forward_pre_hook(block_hook(block), with_kwargs=True))
         if view.attn is not None:
-            handles.append(view.attn.qkv.register_forward_pre_hook(
+            handles.append(view.attn.qkv.linears[0].register_forward_pre_hook(
                 attn_hook(block, view.attn.num_heads * view.attn.head_dim, view.attn.attn_dim,
                           view.token_keep_rate is not None), with_kwargs=True))
     param, batch_size = next(model.parameters()), x.shape[0]

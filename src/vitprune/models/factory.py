@@ -12,10 +12,12 @@ from typing import Any
 import timm
 from torch import nn
 
+from vitprune.adapters import hf_vit
 from vitprune.errors import RecipeError, VitpruneError
 from vitprune.models.digits import build_digits_vit
 from vitprune.recipe import (
-    BaseModel, Recipe, build_base, check_state_dict, load, register_base, require_recipe, set_recipe,
+    RECIPE_FILE, BaseModel, Recipe, build_base, check_state_dict, load, register_base, require_recipe, saved_model_dir,
+    set_recipe,
 )
 
 #: Models vitprune defines itself, by the name a command takes (``source="vitprune"`` in recipes).
@@ -34,20 +36,33 @@ def _build_own(base: BaseModel) -> nn.Module:
     return VITPRUNE_MODELS[base.name](**base.kwargs)
 
 
+def _build_hf(base: BaseModel) -> nn.Module:
+    return hf_vit.from_config(base.name, base.kwargs["config"])
+
+
 register_base("timm", _build_timm)
 register_base("vitprune", _build_own)
+register_base("hf", _build_hf)
+
+#: How a MODEL argument names a Hugging Face hub model: ``hf:owner/name``.
+HF_PREFIX = "hf:"
+#: The provenance a recipe records for weights from a local ``save_pretrained`` directory.
+_HF_DIR = "hf-dir:"
 
 
 def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.PathLike | None = None,
                  **kwargs: Any) -> nn.Module:
     """A base model with a fresh recipe, in eval mode.
 
-    ``name`` is a timm model name or a vitprune model (``digits-vit``). ``pretrained`` loads timm's
-    pretrained weights (network needed) or, for ``digits-vit``, the trained model from the cache
-    (training it on first use). ``checkpoint`` loads weights from a local file instead.
+    ``name`` is a timm model name, a vitprune model (``digits-vit``) or a Hugging Face hub id
+    ``hf:owner/name`` (needs ``vitprune[hf]``). ``pretrained`` loads timm's or the hub's pretrained
+    weights (network needed) or, for ``digits-vit``, the trained model from the cache (training it
+    on first use). ``checkpoint`` loads weights from a local file instead.
     """
     if pretrained and checkpoint is not None:
         raise VitpruneError("give either pretrained weights or a checkpoint, not both")
+    if name.startswith(HF_PREFIX):
+        return _create_hf(name.removeprefix(HF_PREFIX), local=False, pretrained=pretrained, checkpoint=checkpoint)
     if name in VITPRUNE_MODELS:
         if pretrained:
             from vitprune.models.zoo import trained_digits_vit  # the zoo saves with this module's recipes
@@ -70,12 +85,17 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.Pa
 
 
 def resolve_model(spec: str, *, pretrained: bool = True, checkpoint: str | os.PathLike | None = None) -> nn.Module:
-    """What a command's MODEL argument names: a saved directory, ``digits-vit``, or a timm model name."""
+    """What a command's MODEL argument names: a saved directory, a Hugging Face ``save_pretrained`` directory or hub
+    id (``hf:owner/name``), ``digits-vit``, or a timm model name."""
     path = Path(spec)
+    if path.is_dir() and (path / "config.json").is_file() and not (saved_model_dir(path) / RECIPE_FILE).is_file():
+        return _create_hf(str(path.resolve()), local=True, pretrained=pretrained, checkpoint=checkpoint)
     if path.is_dir():
         if checkpoint is not None:
             raise VitpruneError(f"{spec} is a saved model with its own weights; --checkpoint does not apply")
         return load(path)
+    if spec.startswith(HF_PREFIX):
+        return create_model(spec, pretrained=pretrained, checkpoint=checkpoint)
     if os.sep in spec or path.suffix in {".pth", ".pt", ".safetensors", ".bin"}:
         raise VitpruneError(f"model path {spec} does not exist")
     return create_model(spec, pretrained=pretrained and checkpoint is None, checkpoint=checkpoint)
@@ -95,6 +115,10 @@ def original_model(model: nn.Module) -> nn.Module:
         return create_model(base.name, pretrained=True)
     if base.weights == "timm-pretrained":
         return create_model(base.name, pretrained=True, **base.kwargs)
+    if base.weights.startswith(HF_PREFIX):
+        return _create_hf(base.weights.removeprefix(HF_PREFIX), local=False, pretrained=True, checkpoint=None)
+    if base.weights.startswith(_HF_DIR):
+        return _create_hf(base.weights.removeprefix(_HF_DIR), local=True, pretrained=True, checkpoint=None)
     if base.weights.startswith("checkpoint:"):
         return create_model(base.name, checkpoint=base.weights.removeprefix("checkpoint:"), **base.kwargs)
     raise VitpruneError(f"cannot rebuild the original of {base.name} (weights: {base.weights}); pass --teacher MODEL")
@@ -118,6 +142,22 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | os.PathLike | None) -> nn.Module:
+    """A Hugging Face classifier from a ``save_pretrained`` directory (``local``) or the hub, with a fresh recipe."""
+    if checkpoint is not None:
+        raise VitpruneError(f"{source} is a Hugging Face model, which takes its weights from its own directory; "
+                            "save other weights with save_pretrained and pass that directory")
+    if pretrained:
+        model = hf_vit.from_pretrained(source, local_files_only=local)
+    else:
+        model = hf_vit.from_config(*hf_vit.load_config(source, local_files_only=local))
+    architecture, config = hf_vit.config_dict(model)
+    weights = (_HF_DIR if local else HF_PREFIX) + source if pretrained else "random"
+    set_recipe(model, Recipe(base=BaseModel(source="hf", name=architecture, kwargs={"config": config},
+                                            weights=weights)))
+    return model.eval()
+
+
 def _create_timm(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
     try:
         return timm.create_model(name, pretrained=pretrained, **kwargs)
@@ -137,4 +177,4 @@ def _unknown_model_message(name: str) -> str:
     close = difflib.get_close_matches(name, [*VITPRUNE_MODELS, *timm.list_models()], n=3, cutoff=0.6)
     hint = f" (did you mean: {', '.join(close)}?)" if close else ""
     return f"unknown model {name!r}: not a timm model name, a vitprune model ({', '.join(VITPRUNE_MODELS)}), " \
-           f"or a saved model directory{hint}"
+           f"a saved model directory or a Hugging Face model (a save_pretrained directory, or hf:owner/name){hint}"

@@ -27,15 +27,10 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     if attn.value_dims is not None:
         raise ValueError(f"block {block}: heads of different value widths; use prune_attention_dims")
     keep = check_indices(keep, attn.num_heads, f"block {block} heads")
-    hd, width = attn.head_dim, attn.attn_dim
+    hd = attn.head_dim
     head_rows = [h * hd + d for h in keep for d in range(hd)]
-    qkv_rows = [part * width + r for part in range(3) for r in head_rows]
-    adapter.set_attention(
-        block,
-        qkv=slice_linear(attn.qkv, out_idx=qkv_rows),
-        proj=slice_linear(attn.proj, in_idx=head_rows),
-        num_heads=len(keep),
-    )
+    adapter.set_attention(block, qkv=attn.qkv.select(head_rows, head_rows, head_rows),
+                          proj=slice_linear(attn.proj, in_idx=head_rows), num_heads=len(keep))
 
 
 def _uniform_attention(model: nn.Module, block: int, edit: str):
@@ -45,7 +40,7 @@ def _uniform_attention(model: nn.Module, block: int, edit: str):
     if attn is None:
         raise ValueError(f"block {block} has no attention to prune")
     if attn.value_dims is not None or attn.gate is not None:
-        raise ValueError(f"block {block}: {edit} needs timm's uniform, ungated attention")
+        raise ValueError(f"block {block}: {edit} needs uniform, ungated attention")
     return adapter, attn
 
 
@@ -61,11 +56,11 @@ def prune_head_dims(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     adapter, attn = _uniform_attention(model, block, "prune_head_dims")
     if attn.qk_norm:
         raise ValueError(f"block {block}: query/key norms over the head dimension cannot lose dimensions")
-    hd, heads, width = attn.head_dim, attn.num_heads, attn.attn_dim
+    hd, heads = attn.head_dim, attn.num_heads
     keep = check_indices(keep, hd, f"block {block} head dimensions")
     cols = [h * hd + j for h in range(heads) for j in keep]
-    adapter.set_attention(block, qkv=slice_linear(attn.qkv, out_idx=[p * width + c for p in range(3) for c in cols]),
-                          proj=slice_linear(attn.proj, in_idx=cols), num_heads=heads, head_dim=len(keep))
+    adapter.set_attention(block, qkv=attn.qkv.select(cols, cols, cols), proj=slice_linear(attn.proj, in_idx=cols),
+                          num_heads=heads, head_dim=len(keep))
 
 
 @register_edit("prune_attention_dims")
@@ -73,7 +68,7 @@ def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
                          value_dims: Sequence[Sequence[int]]) -> None:
     """Keep attention heads ``heads`` of block ``block``, each with its own value dimensions ``value_dims[i]``.
 
-    Queries and keys of a kept head stay whole; its value rows of ``qkv`` and the matching input
+    Queries and keys of a kept head stay whole; its value rows and the matching input
     columns of ``proj`` are sliced to the kept dimensions. The result equals the original with the
     removed heads' outputs and the removed value dimensions set to zero. With no head kept the
     branch is ``proj``'s bias alone, as gating every head (HiAP Eq. 1) leaves it.
@@ -82,12 +77,12 @@ def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
     heads = check_indices(heads, attn.num_heads, f"block {block} heads", allow_empty=True)
     if len(value_dims) != len(heads):
         raise ValueError(f"block {block}: {len(value_dims)} value-dimension lists for {len(heads)} kept heads")
-    hd, width = attn.head_dim, attn.attn_dim
+    hd = attn.head_dim
     dims = [check_indices(d, hd, f"block {block} head {h} value dimensions") for h, d in zip(heads, value_dims)]
-    qk_rows = [part * width + h * hd + j for part in range(2) for h in heads for j in range(hd)]
+    qk_rows = [h * hd + j for h in heads for j in range(hd)]
     v_cols = [h * hd + j for h, d in zip(heads, dims) for j in d]
-    qkv = slice_linear(attn.qkv, out_idx=qk_rows + [2 * width + c for c in v_cols])
-    adapter.set_value_dims(block, qkv, slice_linear(attn.proj, in_idx=v_cols), [len(d) for d in dims])
+    adapter.set_value_dims(block, attn.qkv.select(qk_rows, qk_rows, v_cols), slice_linear(attn.proj, in_idx=v_cols),
+                           [len(d) for d in dims])
 
 
 @register_edit("prune_mlp_neurons")

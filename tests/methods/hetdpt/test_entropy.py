@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from conftest import build, run_torchrun
+from conftest import run_torchrun, tracked
 
 import vitprune
 from vitprune.adapters import get_adapter
@@ -93,10 +93,10 @@ def test_te_equals_the_entropy_change_of_physical_removal(identity):
     assert all(v.mlp.gate is None and (v.attn is None or v.attn.gate is None) for v in get_adapter(model).blocks())
 
 
-def test_te_matches_surgery_on_timm_models(small_model_spec):
+def test_te_matches_surgery_on_every_family(small_model_spec):
     """LayerScale (folded into the norm by surgery) and the distilled DeiT's two tokens included."""
     name, kwargs = small_model_spec
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     torch.manual_seed(2)
     batches = [(torch.randn(4, *get_adapter(model).input_size), torch.zeros(4, dtype=torch.long))]
     base = feature_entropy(model, batches)

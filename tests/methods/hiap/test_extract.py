@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import build
+from conftest import HF_TINY, tracked
 from hypothesis import strategies as st
 from strategies import EXAMPLES, images, property_test, small_vits
 
@@ -17,7 +17,7 @@ from vitprune.methods.hiap.extract import extract
 
 
 def _setting(name, kwargs, seed=0):
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     gates = HiAPGates(layer_shapes(model))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -43,11 +43,13 @@ def _gated_output(model, gates, x):
     return out
 
 
+HF_SMALL = {**HF_TINY, "num_hidden_layers": 3}
 SPECS = [("deit_tiny_patch16_224", {"depth": 3}), ("vit_small_patch14_dinov2", {"depth": 3, "img_size": 56}),
-         ("deit_small_distilled_patch16_224", {"depth": 3})]
+         ("deit_small_distilled_patch16_224", {"depth": 3}), ("hf:ViTForImageClassification", HF_SMALL),
+         ("hf:DeiTForImageClassificationWithTeacher", HF_SMALL)]
 
 
-@pytest.mark.parametrize("name, kwargs", SPECS, ids=["deit", "dinov2-ls", "distilled"])
+@pytest.mark.parametrize("name, kwargs", SPECS, ids=["deit", "dinov2-ls", "distilled", "hf_vit", "hf_deit_teacher"])
 def test_extracted_model_equals_the_gated_model(name, kwargs):
     model, gates = _setting(name, kwargs)
     x = torch.randn(2, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(1))
@@ -60,8 +62,9 @@ def test_extracted_model_equals_the_gated_model(name, kwargs):
     assert count_macs(small).params < count_macs(model).params
 
 
-def test_extracted_macs_are_the_exact_cost_model_and_flop_counter():
-    model, gates = _setting("deit_tiny_patch16_224", {"depth": 3}, seed=2)
+@pytest.mark.parametrize("name, kwargs", [SPECS[0], SPECS[3]], ids=["deit", "hf_vit"])
+def test_extracted_macs_are_the_exact_cost_model_and_flop_counter(name, kwargs):
+    model, gates = _setting(name, kwargs, seed=2)
     shapes = layer_shapes(model)
     report = count_macs(model)
     static = sum(report.other.values())
@@ -69,17 +72,18 @@ def test_extracted_macs_are_the_exact_cost_model_and_flop_counter():
     small = copy.deepcopy(model)
     extract(small, gates)
     assert count_macs(small).macs == int(macro + micro) + static
-    reference = flop_counter_macs(small, torch.randn(1, 3, 224, 224))
+    reference = flop_counter_macs(small, torch.randn(1, *vitprune.get_adapter(small).input_size))
     # The fused kernel runs A·V on values zero-padded to the query width; the MAC count leaves that padding out.
     padding = value_padding_macs(small)
     assert padding > 0
     assert reference == count_macs(small).macs + padding
 
 
-def test_extracted_model_saves_and_loads(tmp_path):
-    model, gates = _setting("deit_tiny_patch16_224", {"depth": 3}, seed=3)
+@pytest.mark.parametrize("name, kwargs", [SPECS[0], SPECS[4]], ids=["deit", "hf_deit_teacher"])
+def test_extracted_model_saves_and_loads(tmp_path, name, kwargs):
+    model, gates = _setting(name, kwargs, seed=3)
     extract(model, gates)
-    x = torch.randn(1, 3, 224, 224)
+    x = torch.randn(1, *vitprune.get_adapter(model).input_size)
     with torch.no_grad():
         out = model(x)
     vitprune.save(model, tmp_path / "m")

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import build
+from conftest import tracked
 
 import vitprune
 from vitprune.errors import VitpruneError
@@ -17,7 +17,7 @@ from vitprune.surgery import prune_heads, prune_mlp_neurons
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
     kwargs = kwargs or {"depth": 3}
-    return vitprune.track(build(name, kwargs), name, **kwargs)
+    return tracked(name, kwargs)
 
 
 def _ones(model):

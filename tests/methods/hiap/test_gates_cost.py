@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, tracked
 
 import vitprune
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
@@ -48,7 +48,7 @@ def test_temperature_anneals_exponentially_from_2_to_0_5():
                                           ("vit_small_patch14_dinov2", {"depth": 2, "img_size": 98})])
 @pytest.mark.parametrize("cost_model", ["paper", "exact"])
 def test_all_gates_open_cost_the_dense_macs(name, kwargs, cost_model):
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     shapes = layer_shapes(model)
     probabilities = HiAPGates(shapes).probabilities()
     ones = {k: [torch.ones_like(t, dtype=torch.float64) for t in v] for k, v in probabilities.items()}

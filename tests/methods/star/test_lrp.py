@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build
+from conftest import HF_TINY, build, tracked
 
 import vitprune
 from vitprune.errors import UnsupportedArchitectureError
@@ -22,10 +22,16 @@ def _images(model, n=3):
     return torch.randn(n, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(1))
 
 
+HF_SMALL = {**HF_TINY, "num_hidden_layers": 2}
+
+
 @pytest.mark.parametrize("name, kwargs", [("deit_tiny_patch16_224", {"depth": 2}),
-                                          ("vit_small_patch14_dinov2", {"depth": 2, "img_size": 56})])
+                                          ("vit_small_patch14_dinov2", {"depth": 2, "img_size": 56}),
+                                          ("hf:ViTForImageClassification", HF_SMALL),
+                                          ("hf:DeiTForImageClassification", HF_SMALL)],
+                         ids=["deit", "dinov2-ls", "hf_vit", "hf_deit"])
 def test_traced_forward_is_the_models_forward(name, kwargs):
-    model = vitprune.track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     x = _images(model, n=2)
     with torch.no_grad():
         logits, traces, _ = traced_forward(model, x)
@@ -33,8 +39,10 @@ def test_traced_forward_is_the_models_forward(name, kwargs):
     assert len(traces) == 2 and traces[0].attn.shape[-1] == traces[0].x.shape[1]
 
 
-def test_relevance_is_conserved_from_the_logit_to_the_tokens():
-    model = _small()
+@pytest.mark.parametrize("family", ["timm", "hf"])
+def test_relevance_is_conserved_from_the_logit_to_the_tokens(family):
+    model = _small() if family == "timm" else tracked("hf:ViTForImageClassification", {**HF_SMALL,
+                                                                                         "num_hidden_layers": 3})
     x = _images(model)
     with torch.no_grad():
         logits, traces, pooled = traced_forward(model, x)
@@ -84,5 +92,7 @@ def test_inter_layer_scores_shape_and_batch_split():
 def test_lrp_rejects_what_it_cannot_follow():
     distilled = vitprune.track(build("deit_tiny_distilled_patch16_224", {"depth": 1}),
                                "deit_tiny_distilled_patch16_224", depth=1)
-    with pytest.raises(UnsupportedArchitectureError, match="single \\[CLS\\] token to a single head"):
-        inter_layer_scores(distilled, [(_images(distilled, 1), None)])
+    teacher = tracked("hf:DeiTForImageClassificationWithTeacher", HF_SMALL)
+    for model in (distilled, teacher):
+        with pytest.raises(UnsupportedArchitectureError, match="single \\[CLS\\] token to a single head"):
+            inter_layer_scores(model, [(_images(model, 1), None)])

@@ -7,9 +7,8 @@ import math
 
 import pytest
 import torch
-from conftest import build
+from conftest import tracked
 
-import vitprune
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs
 from vitprune.methods.star import apply_keep_rates, average_cosine_similarity, keep_rates, rho_for_macs
@@ -18,7 +17,7 @@ from vitprune.surgery import prune_tokens
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
     kwargs = kwargs or {}
-    return vitprune.track(build(name, kwargs), name, **kwargs)
+    return tracked(name, kwargs)
 
 
 def test_acs_is_the_mean_pairwise_cosine_of_each_block_output():

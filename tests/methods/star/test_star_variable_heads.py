@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from conftest import build, random_hiap_gates
+from conftest import build, random_hiap_gates, tracked
 
 import vitprune
 from vitprune.consistency import check_consistency
@@ -54,7 +54,7 @@ SPECS = [("deit_tiny_patch16_224", {"depth": 3}),
 def test_lrp_of_variable_heads_equals_lrp_of_the_zeroed_timm_attention(name, kwargs):
     """Uneven value widths are timm's attention with the removed value columns of ``proj`` zeroed: the traced forward,
     every kept head's relevance map and the token relevance are the same (the padded value slots carry nothing)."""
-    model = _with_biases(vitprune.track(build(name, kwargs), name, **kwargs))
+    model = _with_biases(tracked(name, kwargs))
     zeroed = copy.deepcopy(model)
     dims = {0: [1, 5, 7], 2: [0, 63]}  # head 1 is gone
     prune_attention_dims(model, 1, list(dims), list(dims.values()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build
+from conftest import tracked
 
 import vitprune
 from vitprune.errors import VitpruneError
@@ -13,7 +13,7 @@ from vitprune.methods.vbp import CRITERIA, mlp_statistics, neuron_scores, snip_s
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
     kwargs = kwargs or {}
-    return vitprune.track(build(name, kwargs), name, **kwargs)
+    return tracked(name, kwargs)
 
 
 def _batches(model, n=6, size=3, seed=3):
@@ -26,8 +26,8 @@ def _batches(model, n=6, size=3, seed=3):
 def test_magnitude_is_the_norm_of_each_neurons_parameters(small_model_spec):
     model = _model(*small_model_spec)
     scores = neuron_scores(model, "magnitude")
-    for block in model.blocks:
-        mlp, got = block.mlp, scores[list(model.blocks).index(block)]
+    for view in vitprune.get_adapter(model).blocks():
+        mlp, got = view.mlp, scores[view.index]
         expected = torch.cat([mlp.fc1.weight, mlp.fc1.bias[:, None], mlp.fc2.weight.T], dim=1).double().norm(dim=1)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
 
@@ -46,7 +46,7 @@ def test_snip_is_the_gate_gradient_and_ignores_the_batch_split(small_model_spec)
     # Reference: dL/dh * h summed over every token, with h captured where it enters fc2.
     seen = []
     hooks = [b.mlp.fc2.register_forward_pre_hook(lambda m, a: seen.append(a[0]) or a[0].retain_grad())
-             for b in model.blocks]
+             for b in vitprune.get_adapter(model).blocks()]
     model.eval()
     images = torch.cat([x for x, _ in batches])
     labels = torch.cat([y for _, y in batches])

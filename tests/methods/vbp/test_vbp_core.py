@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import build, run_torchrun
+from conftest import run_torchrun, tracked
 
 import vitprune
 from vitprune.errors import VitpruneError
@@ -17,7 +17,7 @@ from vitprune.methods.vbp import mlp_statistics, prune_by_selection, select_neur
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
     kwargs = kwargs or {}
-    return vitprune.track(build(name, kwargs), name, **kwargs)
+    return tracked(name, kwargs)
 
 
 def _images(model, n=6, seed=3):
@@ -34,7 +34,8 @@ def _captured(model, images, place="post"):
     """Every hidden activation of every MLP, all tokens flattened, in one tensor per block (the two-pass reference)."""
     seen = {}
     hooks = []
-    for block in model.blocks:
+    views = vitprune.get_adapter(model).blocks()
+    for block in views:
         if place == "post":
             hooks.append(block.mlp.fc2.register_forward_pre_hook(
                 lambda m, a, b=block: seen.setdefault(id(b), []).append(a[0].reshape(-1, a[0].shape[-1]))))
@@ -45,7 +46,7 @@ def _captured(model, images, place="post"):
         model.eval()(images)
     for h in hooks:
         h.remove()
-    return [torch.cat(seen[id(b)]).double() for b in model.blocks]
+    return [torch.cat(seen[id(b)]).double() for b in views]
 
 
 @pytest.mark.parametrize("place", ["post", "pre"])
@@ -79,7 +80,7 @@ def test_compensated_pruning_equals_mean_replacement(small_model_spec):
         return hook
 
     for block in removed:
-        reference.blocks[block].mlp.fc2.register_forward_pre_hook(replace(block))
+        vitprune.get_adapter(reference).block(block).mlp.fc2.register_forward_pre_hook(replace(block))
     prune_by_selection(model, removed, stats)
     x = _images(model, n=2, seed=9)
     with torch.no_grad():

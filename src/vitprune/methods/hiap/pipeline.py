@@ -60,7 +60,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``resume``
     continues the training run in ``run_dir``; without it a ``run_dir`` holding a run is an error.
     """
-    get_adapter(model).require("gates", "head_width", "ffn_width", by="HiAP")
+    get_adapter(model).require("gates", "head_width", "value_width", "ffn_width", by="HiAP")
     config = config or HiAPConfig()
     config.validate()
     speed.validate()

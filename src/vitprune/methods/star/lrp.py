@@ -146,8 +146,8 @@ def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor
             branch1 = view.ls1(attn.module(h1))
         else:
             qk, values = _widths(attn)
-            qkv = attn.qkv(h1).split([sum(qk), sum(qk), sum(values)], dim=-1)
-            q, k, v = (split_heads(part, w, attn.head_dim) for part, w in zip(qkv, (qk, qk, values), strict=True))
+            q, k, v = (split_heads(part, w, attn.head_dim)
+                       for part, w in zip(attn.qkv(h1), (qk, qk, values), strict=True))
             q, k = attn.q_norm(q), attn.k_norm(k)
             a = ((q * attn.softmax_scale) @ k.transpose(-2, -1)).softmax(dim=-1)
             heads = merge_heads(a @ v, values)
@@ -193,8 +193,8 @@ def attention_relevance(model: nn.Module, traces: list[_BlockTrace], pooled: tor
         maps.append(r_attn)
         r_q, r_k = (part / 2 for part in _z_rule(lambda q, k: q @ k.transpose(-2, -1),
                                                   [t.q.detach(), t.k.detach()], r_attn))
-        r_qkv = torch.cat([merge_heads(r_q, qk), merge_heads(r_k, qk), merge_heads(r_v, values)], dim=-1)
-        r = r_x + linear_relevance(attn.qkv, t.h1.detach(), r_qkv)
+        r = r_x + sum(linear_relevance(linear, t.h1.detach(), part) for linear, part in attn.qkv.pieces(
+            merge_heads(r_q, qk), merge_heads(r_k, qk), merge_heads(r_v, values)))
     return maps[::-1], r
 
 

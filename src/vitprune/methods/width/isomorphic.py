@@ -93,11 +93,13 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     ignored = list(adapter.classifier_heads())
     if not embed:
         ignored.append(adapter.stem)
-    attn = {v.attn.qkv: v.index for v in views if v.attn is not None}
+    # torch-pruning groups the q, k and v rows of a head; the query rows (first in a fused layout) name the head.
+    attn = {v.attn.qkv.linears[0]: v.index for v in views if v.attn is not None}
     pruner = tp.pruner.MetaPruner(
         work, example, importance=_importance(tp, importance), global_pruning=True, isomorphic=isomorphic,
         pruning_ratio=ratio, ignored_layers=ignored, round_to=round_to,
-        num_heads={qkv: views[i].attn.num_heads for qkv, i in attn.items()}, prune_num_heads=heads,
+        num_heads={linear: v.attn.num_heads for v in views if v.attn is not None for linear in v.attn.qkv.linears},
+        prune_num_heads=heads,
         prune_head_dims=not heads, head_pruning_ratio=ratio if heads else 0.0,
         # The token and position embeddings: torch-pruning must cut their channel dimension.
         unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
@@ -112,8 +114,8 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
                 removed.setdefault(dep.target.module, sorted(int(i) for i in idxs))
         if adapter.stem in removed:
             plan.embed = _complement(removed[adapter.stem], adapter.embed_dim)
-        elif qkv := next((m for m in removed if m in attn), None):
-            _plan_attention(plan, views[attn[qkv]], removed[qkv])
+        elif q := next((m for m in removed if m in attn), None):
+            _plan_attention(plan, views[attn[q]], removed[q])
         elif fc := next((m for m in removed if m in fc1), None):
             plan.neurons[fc1[fc]] = _complement(removed[fc], fc.out_features)
     return plan
@@ -142,7 +144,7 @@ def _complement(removed: list[int], size: int) -> list[int]:
 
 
 def _plan_attention(plan: WidthPlan, view, removed: list[int]) -> None:
-    """Read torch-pruning's removed ``qkv`` rows as whole heads or as the same offsets in every head."""
+    """Read torch-pruning's removed query rows as whole heads or as the same offsets in every head."""
     attn = view.attn
     hd, width = attn.head_dim, attn.attn_dim
     q_rows = [r for r in removed if r < width]
@@ -156,7 +158,7 @@ def _plan_attention(plan: WidthPlan, view, removed: list[int]) -> None:
     offsets = {frozenset(o) for o in by_head.values()}
     if len(offsets) != 1 or len(by_head) != attn.num_heads:
         raise VitpruneError(f"{view.name}: torch-pruning removed different dimensions in different heads, "
-                            "which timm's attention cannot hold")
+                            "which a uniform attention cannot hold")
     plan.head_dims[view.index] = _complement(sorted(next(iter(offsets))), hd)
 
 

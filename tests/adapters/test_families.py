@@ -1,29 +1,33 @@
-"""The timm adapter describes every supported ViT faithfully, and rejects what it cannot represent."""
+"""Every family's adapter describes every supported ViT faithfully (one suite over the families); the timm adapter
+rejects what it cannot represent (the Hugging Face adapter's refusals: test_hf_vit.py)."""
 
 from __future__ import annotations
 
 import pytest
 import timm
 import torch
-from conftest import build
+from conftest import build, tracked
 from timm.layers import GluMlp, LayerScale, SwiGLU
 from timm.models.vision_transformer import ParallelScalingBlock, VisionTransformer
 from torch import nn
 
-from vitprune.adapters import TimmViTAdapter, get_adapter
-from vitprune.recipe import track
+from vitprune.adapters import HFViTAdapter, TimmViTAdapter, get_adapter
 from vitprune.surgery import prune_depth
 from vitprune.errors import UnsupportedArchitectureError
 
 EXPECTED = {
-    # name: (embed_dim, heads, mlp hidden, prefix tokens, grid, classifier heads, layer scale)
-    "deit_tiny_patch16_224": (192, 3, 768, 1, (14, 14), 1, False),
-    "deit_tiny_distilled_patch16_224": (192, 3, 768, 2, (14, 14), 2, False),
-    "deit_small_patch16_224": (384, 6, 1536, 1, (14, 14), 1, False),
-    "deit_base_patch16_224": (768, 12, 3072, 1, (14, 14), 1, False),
-    "deit_small_distilled_patch16_224": (384, 6, 1536, 2, (14, 14), 2, False),
-    "vit_small_patch14_dinov2": (384, 6, 1536, 1, (4, 4), 0, True),
-    "vit_base_patch16_gap_224": (768, 16, 3072, 0, (7, 7), 1, False),
+    # name: (adapter, embed_dim, heads, mlp hidden, prefix tokens, grid, input px, classifier heads, layer scale,
+    #        classifier reads [CLS] alone)
+    "deit_tiny_patch16_224": (TimmViTAdapter, 192, 3, 768, 1, (14, 14), 224, 1, False, True),
+    "deit_tiny_distilled_patch16_224": (TimmViTAdapter, 192, 3, 768, 2, (14, 14), 224, 2, False, False),
+    "deit_small_patch16_224": (TimmViTAdapter, 384, 6, 1536, 1, (14, 14), 224, 1, False, True),
+    "deit_base_patch16_224": (TimmViTAdapter, 768, 12, 3072, 1, (14, 14), 224, 1, False, True),
+    "deit_small_distilled_patch16_224": (TimmViTAdapter, 384, 6, 1536, 2, (14, 14), 224, 2, False, False),
+    "vit_small_patch14_dinov2": (TimmViTAdapter, 384, 6, 1536, 1, (4, 4), 56, 0, True, True),
+    "vit_base_patch16_gap_224": (TimmViTAdapter, 768, 16, 3072, 0, (7, 7), 112, 1, False, False),
+    "hf:ViTForImageClassification": (HFViTAdapter, 64, 4, 256, 1, (4, 4), 32, 1, False, True),
+    "hf:DeiTForImageClassification": (HFViTAdapter, 64, 4, 256, 2, (4, 4), 32, 1, False, True),
+    "hf:DeiTForImageClassificationWithTeacher": (HFViTAdapter, 64, 4, 256, 2, (4, 4), 32, 2, False, False),
 }
 
 
@@ -31,20 +35,22 @@ def test_adapter_describes_structure(model_spec):
     name, kwargs = model_spec
     model = build(name, kwargs)
     adapter = get_adapter(model)
-    dim, heads, hidden, prefix, grid, n_heads, has_ls = EXPECTED[name]
-    assert isinstance(adapter, TimmViTAdapter)
+    family, dim, heads, hidden, prefix, grid, px, n_heads, has_ls, _ = EXPECTED[name]
+    assert type(adapter) is family
     assert adapter.embed_dim == dim
     assert adapter.num_prefix_tokens == prefix
     assert adapter.grid_size == grid
     assert adapter.num_tokens == prefix + grid[0] * grid[1]
-    assert adapter.input_size == (3, grid[0] * model.patch_embed.patch_size[0], grid[1] * model.patch_embed.patch_size[1])
+    assert adapter.input_size == (3, px, px)
     assert len(adapter.classifier_heads()) == n_heads
     blocks = adapter.blocks()
     assert len(blocks) == 12
     for i, view in enumerate(blocks):
-        assert view.index == i and view.module is model.blocks[i] and view.name == f"blocks.{i}"
+        assert view.index == i and view.module is model.get_submodule(view.name)
         assert view.attn.num_heads == heads and view.attn.attn_dim == dim
-        assert view.attn.qkv.out_features == 3 * dim and view.attn.proj.in_features == dim
+        assert view.attn.qkv.widths == (dim,) * 3
+        assert [lin.out_features for lin in view.attn.qkv.linears] == ([3 * dim] if view.attn.qkv.fused else [dim] * 3)
+        assert view.attn.proj.in_features == dim
         assert view.mlp.hidden_features == hidden
         assert isinstance(view.ls1, LayerScale) == has_ls and isinstance(view.ls2, LayerScale) == has_ls
 
@@ -55,8 +61,8 @@ def _block_from_view(view, x):
     if a is not None:
         h = view.norm1(x)
         b, n, _ = h.shape
-        q, k, v = a.qkv(h).reshape(b, n, 3, a.num_heads, a.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = a.module.q_norm(q), a.module.k_norm(k)
+        q, k, v = (t.reshape(b, n, a.num_heads, a.head_dim).transpose(1, 2) for t in a.qkv(h))
+        q, k = a.q_norm(q), a.k_norm(k)
         attn = ((q * a.head_dim ** -0.5) @ k.transpose(-2, -1)).softmax(-1)
         h = a.proj((attn @ v).transpose(1, 2).reshape(b, n, a.attn_dim))
         x = x + view.drop_path1(view.ls1(h))
@@ -70,7 +76,7 @@ def _block_from_view(view, x):
 
 
 def test_view_reproduces_block_forward(model_spec):
-    """The [q | k | v] head layout and the sublayer order the views document are the ones the model runs."""
+    """The head layout of q, k and v and the sublayer order the views document are the ones the model runs."""
     name, kwargs = model_spec
     model = build(name, kwargs)
     adapter = get_adapter(model)
@@ -85,7 +91,7 @@ def test_view_reproduces_block_forward(model_spec):
 def test_view_reproduces_depth_pruned_blocks(small_model_spec, identity):
     """Blocks without attention, with a merged MLP or an output activation are described faithfully too."""
     name, kwargs = small_model_spec
-    model = track(build(name, kwargs), name, **kwargs)
+    model = tracked(name, kwargs)
     prune_depth(model, [0, 1], [1, 2], identity=identity, output_gelu=True)
     adapter = get_adapter(model)
     views = adapter.blocks()
@@ -125,7 +131,7 @@ def test_non_vit_is_rejected():
 def test_setters_validate_shapes():
     adapter = get_adapter(_tiny_vit())
     with pytest.raises(ValueError, match="do not fit 1 heads"):
-        adapter.set_attention(0, qkv=nn.Linear(32, 96), proj=nn.Linear(16, 32), num_heads=1)
+        adapter.set_attention(0, qkv=(nn.Linear(32, 96),), proj=nn.Linear(16, 32), num_heads=1)
     with pytest.raises(ValueError, match="fc1 gives 8 features, fc2 takes 9"):
         adapter.set_mlp(0, fc1=nn.Linear(32, 8), fc2=nn.Linear(9, 32))
 
@@ -155,14 +161,16 @@ def test_pre_logits_are_what_the_classifier_reads(model_spec):
     adapter = get_adapter(model)
     torch.manual_seed(1)
     x = torch.randn(2, *adapter.input_size)
+    heads = adapter.classifier_heads()
     with torch.no_grad():
         features = adapter.pre_logits(x)
         assert features.shape == (2, adapter.embed_dim)
-        if hasattr(model, "head_dist"):
-            tokens = model.forward_features(x)
-            torch.testing.assert_close(features, (tokens[:, 0] + tokens[:, 1]) / 2)
-        else:
-            torch.testing.assert_close(model.head(features), model(x))
+        if len(heads) == 1:
+            torch.testing.assert_close(heads[0](features), model(x))
+        elif heads:  # a distillation head: the features are the mean of the two tokens (each head reads one)
+            normed = model.forward_features(x) if isinstance(adapter, TimmViTAdapter) else \
+                model.hf.base_model(pixel_values=x).last_hidden_state
+            torch.testing.assert_close(features, (normed[:, 0] + normed[:, 1]) / 2)
 
 
 def test_embed_blocks_pool_is_pre_logits(model_spec):
@@ -179,4 +187,4 @@ def test_embed_blocks_pool_is_pre_logits(model_spec):
         for view in adapter.blocks():
             tokens = view.module(tokens)
         torch.testing.assert_close(adapter.pool(tokens), adapter.pre_logits(x), rtol=0, atol=0)
-    assert adapter.pools_class_token == (EXPECTED[name][3] == 1)  # [CLS] alone: no distillation token, not GAP
+    assert adapter.pools_class_token == EXPECTED[name][-1]

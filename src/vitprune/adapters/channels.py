@@ -1,0 +1,62 @@
+"""Helpers every adapter uses to check modules and to cut channels out of the residual stream."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vitprune.errors import UnsupportedArchitectureError
+from vitprune.layers import Gate, GatedLayer
+
+
+def reject(path: str, module: nn.Module, why: str) -> UnsupportedArchitectureError:
+    """The one-line error for a module at ``path`` that an adapter cannot handle."""
+    return UnsupportedArchitectureError(f"unsupported architecture: {path} is {type(module).__name__} ({why})")
+
+
+def unwrap(module: nn.Module | None) -> tuple[nn.Module | None, Gate | None]:
+    """The layer inside a gate, and the gate (``None`` for an ungated layer)."""
+    if isinstance(module, GatedLayer):
+        return module.inner, module.gate
+    return module, None
+
+
+def keep_channels(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:
+    """The slices ``keep`` of ``tensor`` along ``dim`` (detached)."""
+    return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device))
+
+
+def slice_parameter(owner: nn.Module, name: str, dim: int, keep: list[int]) -> None:
+    """Replace ``owner.<name>`` by its slices ``keep`` along ``dim``; absent or ``None`` is left alone."""
+    param = getattr(owner, name, None)
+    if param is not None:
+        setattr(owner, name, nn.Parameter(keep_channels(param, dim, keep), requires_grad=param.requires_grad))
+
+
+def slice_norm(norm: nn.Module | None, keep: list[int], path: str) -> nn.Module | None:
+    """``norm`` over the channels ``keep`` only; a LayerNorm's statistics then run over those channels."""
+    if norm is None or isinstance(norm, nn.Identity):
+        return norm
+    if not isinstance(norm, nn.LayerNorm):
+        raise reject(path, norm, "only LayerNorm can lose channels")
+    new = nn.LayerNorm(len(keep), eps=norm.eps, elementwise_affine=norm.elementwise_affine,
+                       bias=norm.bias is not None, device=norm.weight.device if norm.weight is not None else None,
+                       dtype=norm.weight.dtype if norm.weight is not None else None)
+    with torch.no_grad():
+        if norm.weight is not None:
+            new.weight.copy_(keep_channels(norm.weight, 0, keep))
+        if norm.bias is not None:
+            new.bias.copy_(keep_channels(norm.bias, 0, keep))
+    return new.train(norm.training)
+
+
+def slice_conv_outputs(conv: nn.Conv2d, keep: list[int]) -> nn.Conv2d:
+    """A copy of ``conv`` (a patch embedding) that writes only output channels ``keep``."""
+    new = nn.Conv2d(conv.in_channels, len(keep), conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                    conv.groups, bias=conv.bias is not None, padding_mode=conv.padding_mode,
+                    device=conv.weight.device, dtype=conv.weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(keep_channels(conv.weight, 0, keep))
+        if conv.bias is not None:
+            new.bias.copy_(keep_channels(conv.bias, 0, keep))
+    return new.train(conv.training)

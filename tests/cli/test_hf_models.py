@@ -1,0 +1,60 @@
+"""Hugging Face transformers classifiers as a command's MODEL: a save_pretrained directory, or hf:owner/name (which
+needs the network and says so in one line without it)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from conftest import HF_TINY, save_hf
+from test_cli import assert_one_line_error, run
+
+import vitprune
+from vitprune.measure import count_macs
+from vitprune.models.factory import resolve_model
+from vitprune.surgery import prune_depth
+
+SMALL = {**HF_TINY, "num_hidden_layers": 2}
+
+
+def _saved(tmp_path, architecture="ViTForImageClassification", **config):
+    return save_hf(tmp_path / "hf", architecture, {**SMALL, **config})
+
+
+def test_a_save_pretrained_directory_is_a_model_argument(tmp_path, capsys):
+    directory = _saved(tmp_path)
+    code, out, err = run(capsys, "prune", "depth", str(directory), "--attention", "1", "--activation", "0",
+                         "--no-speed", "--json", "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    pruned = vitprune.load(tmp_path / "run")
+    recipe = vitprune.get_recipe(pruned)
+    assert (recipe.base.source, recipe.base.name) == ("hf", "ViTForImageClassification")
+    assert recipe.base.weights == f"hf-dir:{directory.resolve()}"
+    expected = resolve_model(str(directory))
+    prune_depth(expected, attention=[1], activation=[0])
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(pruned(x), expected(x))
+    assert json.loads(out)["after"]["params"] == count_macs(expected).params
+
+
+def test_a_hub_id_without_network_is_one_line(tmp_path, capsys):
+    code, _, err = run(capsys, "prune", "depth", "hf:nobody/no-such-vit", "--attention", "0", "--out",
+                       str(tmp_path / "run"))
+    assert_one_line_error(code, err, r"cannot read the Hugging Face config of nobody/no-such-vit .*save_pretrained")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_for_a_hugging_face_directory_is_refused(tmp_path, capsys):
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"")
+    code, _, err = run(capsys, "prune", "depth", str(_saved(tmp_path)), "--checkpoint", str(weights), "--attention",
+                       "0", "--out", str(tmp_path / "run"))
+    assert_one_line_error(code, err, r"is a Hugging Face model, which takes its weights from its own directory")
+
+
+def test_other_transformers_models_are_refused(tmp_path, capsys):
+    directory = _saved(tmp_path, "ViTForMaskedImageModeling", encoder_stride=8)
+    code, _, err = run(capsys, "prune", "depth", str(directory), "--attention", "0", "--out", str(tmp_path / "run"))
+    assert_one_line_error(code, err, r"unsupported architecture: .* is a ViTForMaskedImageModeling \(vitprune supports "
+                                     r"ViTForImageClassification, DeiTForImageClassification")

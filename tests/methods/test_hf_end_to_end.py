@@ -1,0 +1,73 @@
+"""Every method a Hugging Face classifier supports runs on one end to end, through chains: the result counts what
+it runs, saves, loads in a fresh model equal to it, and exports to ONNX within tolerance (the chain's consistency
+check)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import HF_TINY, build
+
+import vitprune
+from vitprune.data import balanced_subset, build_dataset
+from vitprune.measure import SpeedConfig, count_macs
+from vitprune.methods.chain import MODEL_DIR, parse_chain, run_chain
+from vitprune.methods.hetdpt.predictor import fit_predictor, save_predictor
+
+pytest.importorskip("torch_pruning")
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def setting():
+    model = build("hf:ViTForImageClassification", {**HF_TINY, "num_hidden_layers": 4, "num_channels": 1})
+    size = vitprune.get_adapter(model).input_size
+    train = balanced_subset(build_dataset("digits", "train", input_size=size), 96, seed=0)
+    val = balanced_subset(build_dataset("digits", "val", input_size=size), 60, seed=0)
+    return model, train, val
+
+
+def _chain(setting, steps, run_dir):
+    model, train, val = setting
+    report = run_chain(model, train, val, parse_chain(steps), run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3),
+                       onnx=True)
+    macs = [step["macs_full"] for step in report["steps"]]
+    assert all(b <= a for a, b in zip(macs, macs[1:])) and macs[-1] < macs[0], macs
+    final = vitprune.load(run_dir / MODEL_DIR)
+    assert count_macs(final).macs == macs[-1] == report["pruned"]["macs_full"]
+    # The MACs equal FlopCounterMode's, a save loads bit-exact and the ONNX export agrees within 1e-4.
+    consistency = report["consistency"]
+    assert consistency["ok"] and consistency["onnx_max_diff"] is not None, consistency
+    return report, final
+
+
+@pytest.mark.slow
+def test_depth_width_vbp_and_star(setting, tmp_path):
+    report, final = _chain(setting, [
+        {"method": "depth", "attention": [1], "activation": [2]},
+        {"method": "width", "ratio": 0.25},
+        {"method": "vbp", "ratio": 0.3, "calibration_images": 32, "calibration_batch": 16},
+        {"method": "star", "rates": [1, 1, 0.7, 0.6], "alpha": 0.5, "lrp_images": 16},
+    ], tmp_path)
+    ops = [e.op for e in vitprune.get_recipe(final).edits]
+    assert ops[:2] == ["remove_attention", "remove_activation"] and ops.count("prune_tokens") == 2
+    assert type(vitprune.get_adapter(final)).__name__ == "HFViTAdapter"
+
+
+@pytest.mark.slow
+def test_hetdpt_then_finetune_and_hiap(setting, tmp_path):
+    # A fitted MAP that says accuracy falls with the activations removed only: HetDPT removes attention.
+    points = [(a, t, 0.9 - 0.5 * (1 - t)) for a in (0.5, 0.75, 1.0) for t in (0.5, 0.75, 1.0)]
+    predictor = save_predictor(fit_predictor(points, degrees=(1,)), tmp_path / "predictor.json")
+    report, final = _chain(setting, [
+        {"method": "hetdpt", "budget": 2, "predictor": str(predictor), "preset": "digits", "search_epochs": 1,
+         "batch_size": 32},
+        {"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32},
+    ], tmp_path / "hetdpt")
+    hetdpt = report["steps"][1]["summary"]
+    assert len(hetdpt["attention"]) == 2 and hetdpt["activation"] == []
+    assert [e.op for e in vitprune.get_recipe(final).edits] == ["remove_attention"] * 2
+    # HiAP gates every block's heads and neurons, so it runs on the dense model (not after depth pruning).
+    _, final = _chain(setting, [{"method": "hiap", "epochs": 1, "batch_size": 32, "target_macs": 2.0e6}],
+                      tmp_path / "hiap")
+    assert {e.op for e in vitprune.get_recipe(final).edits} & {"prune_attention_dims", "prune_heads",
+                                                               "prune_mlp_neurons"}
