@@ -20,6 +20,7 @@ from vitprune.cli.render import ratio, render_comparison
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs, format_count
 from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
+from vitprune.methods.report import Report
 
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
                         no_args_is_help=True)
@@ -421,7 +422,7 @@ def _parse_rates(text: str | None) -> list[float] | None:
         raise VitpruneError(f"--rates takes comma-separated keep rates such as 1,1,0.7; got {text!r}") from None
 
 
-def _run_calibrated(run: Callable[..., dict], render: Callable[[str, dict], None], config: Any, *, model: str,
+def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], None], config: Any, *, model: str,
                     data: str, out: Path, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
                     download: bool, device: str, resume: bool, speed: SpeedConfig, json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
@@ -453,10 +454,9 @@ def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optiona
     return dense, sets
 
 
-def _show(model: str, report: dict, render: Callable[[str, dict], None], json_out: bool) -> None:
-    """Print a pipeline's report, naming MODEL: as JSON, or through ``render``."""
-    report["model"] = model
+def _show(model: str, report: Report, render: Callable[[str, Any], None], json_out: bool) -> None:
+    """Print a pipeline's report, naming MODEL: as JSON (the report's keys, then ``model``), or through ``render``."""
     if json_out:
-        print_json(report)
+        print_json({**report.to_dict(), "model": model})
     else:
         render(model, report)

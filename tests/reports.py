@@ -1,0 +1,19 @@
+"""The check every pipeline test makes of the report its run returned and wrote."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from vitprune.methods.report import Report
+
+
+def assert_written(report: Report, path: Path) -> None:
+    """``report`` comes back from its JSON form unchanged, and ``path`` (the run's ``report.json``) holds exactly that
+    form, its keys the report's fields in order."""
+    cls = type(report)
+    assert cls.from_dict(report.to_dict()) == report
+    written = json.loads(path.read_text())
+    assert list(written) == [f.name for f in fields(cls)]
+    assert written == json.loads(json.dumps(report.to_dict()))
