@@ -9,15 +9,18 @@ import pytest
 
 from vitprune.errors import VitpruneError
 from vitprune.methods.chain import ChainReport
+from vitprune.methods.depth import DepthReport
 from vitprune.methods.hetdpt.pipeline import HetDPTReport
 from vitprune.methods.hiap import HiAPReport
 from vitprune.methods.star.pipeline import STARReport
 from vitprune.methods.vbp.pipeline import VBPReport
+from vitprune.methods.width.pipeline import WidthReport
 
 #: The tail every pruning pipeline's report ends with.
 _MEASURED = ["top1", "dense", "pruned", "mac_conventions", "speed", "seconds", "config", "model_dir"]
 
-#: ``report.json``'s keys, in order, as each method has always written them.
+#: ``report.json``'s keys, in order, as each method has always written them; for depth and width pruning, the keys
+#: ``--json`` prints (the saved model's metadata holds them but for ``speed``).
 FILE_FORMATS = {
     HetDPTReport: ["budget", "split", "attention", "activation", "merged_blocks", "predictor", "selection",
                    *_MEASURED],
@@ -28,6 +31,10 @@ FILE_FORMATS = {
                  *_MEASURED[:-1], "train", "history", "model_dir", "plot"],
     ChainReport: ["steps", "top1", "dense", "pruned", "mac_conventions", "consistency", "speed", "seconds", "chain",
                   "model_dir"],
+    DepthReport: ["model", "out", "attention", "activation", "identity", "fold_norm", "output_gelu", "before", "after",
+                  "speed"],
+    WidthReport: ["model", "out", "ratio", "target_gmacs", "convention", "options", "plan", "before", "after",
+                  "speed"],
 }
 
 

@@ -19,7 +19,6 @@ resumes at the step it stopped in (which itself resumes from its stage files):
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import shutil
 from collections.abc import Callable
@@ -155,6 +154,12 @@ class _Context:
         return {"run_dir": self.step_dir, "device": self.device, "progress": self.progress, "log": self.log,
                 "resume": self.resume, "speed": _NO_SPEED}
 
+    def edit_options(self) -> dict[str, Any]:
+        """The arguments depth and width pruning take alike: where to save (the step's ``model/``), device,
+        progress."""
+        return {"out": self.step_dir / MODEL_DIR, "device": self.device, "progress": self.progress,
+                "speed": _NO_SPEED}
+
 
 def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: list[Step], *, run_dir: str | Path,
               calibration_set: Dataset | None = None, device: torch.device | str | None = None,
@@ -263,9 +268,9 @@ def _split(settings: dict[str, Any], names: set[str]) -> tuple[dict[str, Any], d
     return ({k: v for k, v in settings.items() if k in names}, {k: v for k, v in settings.items() if k not in names})
 
 
-def _saved(report: Report, ctx: _Context) -> nn.Module:
-    """The model a method's pipeline saved (so each step starts from exactly what was saved)."""
-    return load(report.model_dir, map_location=ctx.device)
+def _saved(directory: str, ctx: _Context) -> nn.Module:
+    """The model a method saved in ``directory`` (so each step starts from exactly what was saved)."""
+    return load(directory, map_location=ctx.device)
 
 
 def _fields(report: Report, names: tuple[str, ...]) -> dict[str, Any]:
@@ -281,11 +286,10 @@ def _depth_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
 
 
 def _depth(model: nn.Module, settings: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
-    from vitprune.surgery import prune_depth
+    from vitprune.methods.depth import run_depth
 
-    pruned = copy.deepcopy(model)
-    prune_depth(pruned, **settings)
-    return pruned, dict(settings)
+    report = run_depth(model, **settings, **ctx.edit_options())
+    return _saved(report.out, ctx), dict(settings)
 
 
 def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
@@ -302,21 +306,10 @@ def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
 
 
 def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
-    from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
+    from vitprune.methods.width import run_width
 
-    batches = []
-    if config["importance"] == "taylor":
-        loader = build_loader(ctx.train_set, 16, shuffle=True, seed=0)
-        batches = [(x.to(ctx.device), y.to(ctx.device)) for x, y in itertools.islice(loader, config["batches"])]
-    options = {k: config[k] for k in ("heads", "embed", "isomorphic", "round_to", "importance") if k in config}
-    pruned = copy.deepcopy(model)
-    if "target_macs" in config:
-        ratio, plan = prune_width_to_macs(pruned, config["target_macs"], convention=config["convention"],
-                                          batches=batches, **options)
-    else:
-        ratio, plan = config["ratio"], plan_width(pruned, config["ratio"], batches=batches, **options)
-        apply_width(pruned, plan)
-    return pruned, {"ratio": ratio, "plan": plan.to_dict()}
+    report = run_width(model, **config, train_set=ctx.train_set, **ctx.edit_options())
+    return _saved(report.out, ctx), _fields(report, ("ratio", "plan"))
 
 
 def _calibrated(run: Callable[..., Report], model: nn.Module, config: Any, ctx: _Context,
@@ -324,7 +317,7 @@ def _calibrated(run: Callable[..., Report], model: nn.Module, config: Any, ctx: 
     """A pipeline that takes calibration images (VBP, STAR) run as a step: its saved model and its report's ``keys``."""
     report = run(model, ctx.train_set, ctx.val_set, config=config,
                  calibration_set=ctx.calibration_set, **ctx.pipeline_options())
-    return _saved(report, ctx), _fields(report, keys)
+    return _saved(report.model_dir, ctx), _fields(report, keys)
 
 
 def _vbp_config(settings: dict[str, Any], preset: str) -> Any:
@@ -374,7 +367,7 @@ def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> 
     train, config = configs
     report = run_hiap(model, ctx.train_set, ctx.val_set, train=train, config=config,
                       **ctx.pipeline_options())
-    return _saved(report, ctx), _fields(report, ("heads", "neurons", "ffn_closed", "threshold"))
+    return _saved(report.model_dir, ctx), _fields(report, ("heads", "neurons", "ffn_closed", "threshold"))
 
 
 #: HetDPT settings beyond HetDPTConfig's scalar fields: the layer budget and the preset's stage lengths.
@@ -405,7 +398,7 @@ def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any, s
     budget, split, config, predictor = configs
     report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split, predictor=predictor,
                         config=config, **ctx.pipeline_options())
-    return _saved(report, ctx), _fields(report, ("attention", "activation", "split"))
+    return _saved(report.model_dir, ctx), _fields(report, ("attention", "activation", "split"))
 
 
 def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, dict[str, Any]]:
