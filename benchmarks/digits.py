@@ -44,7 +44,7 @@ import vitprune
 from vitprune.atomic import atomic_file
 from vitprune.data import build_dataset
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
-from vitprune.methods.chain import MODEL_DIR, STEPS_DIR, parse_chain, run_chain
+from vitprune.methods.chain import MODEL_DIR, STEPS_DIR, ChainReport, parse_chain, run_chain
 from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE, PREDICTOR_PLOT
 from vitprune.methods.hiap.pipeline import PLOT_FILE as HIAP_PLOT
 from vitprune.plotting import figure, save_figure
@@ -144,13 +144,13 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, tmp)
 
 
-def _row(label: str, family: str, report: dict[str, Any], seconds: float, run_dir: Path) -> dict[str, Any]:
-    steps = report["steps"]
+def _row(label: str, family: str, report: ChainReport, seconds: float, run_dir: Path) -> dict[str, Any]:
+    steps = report.steps
     pruned, tuned = steps[-2], steps[-1]
-    speed = report["speed"]
-    return {"label": label, "family": family, "chain": report["chain"],
-            "top1": {"dense": report["top1"]["dense"], "pruned": pruned["top1"], "finetuned": tuned["top1"]},
-            **report["pruned"], "consistent": report["consistency"]["ok"],
+    speed = report.speed
+    return {"label": label, "family": family, "chain": report.chain,
+            "top1": {"dense": report.top1["dense"], "pruned": pruned["top1"], "finetuned": tuned["top1"]},
+            **report.pruned, "consistent": report.consistency["ok"],
             "speed": {k: speed[k] for k in ("speedup", "speedup_q1", "speedup_q3", "pairs")} | {
                 "context": speed["a"]["context"]},
             "step_summaries": [{"method": s["method"], "summary": s["summary"]} for s in steps[1:]],

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         reference = run_hetdpt(model, train, val, budget=max(args.budgets), run_dir=Path(tmp) / "hetdpt",
                                config=config, progress=sys.stderr.isatty(), log=print)
         fit = load_predictor(Path(tmp) / "hetdpt" / PREDICTOR_FILE)
-        dense["top1"] = reference["top1"]["dense"]
+        dense["top1"] = reference.top1["dense"]
         for budget in args.budgets:
             for method in args.methods:
                 if method in ("attention-only", "activation-only") and budget > 12:
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> None:
                       f"speedup {comparison.speedup:.3f}", flush=True)
                 results.append(row)
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "starting_checkpoint": "digits-vit (trained by vitprune)",
-              "config": config.to_dict(), "dense": dense, "predictor": reference["predictor"],
-              "stage_seconds": {"budget": max(args.budgets), **reference["seconds"]},
+              "config": config.to_dict(), "dense": dense, "predictor": reference.predictor,
+              "stage_seconds": {"budget": max(args.budgets), **reference.seconds},
               "step_time": _step_times(model, train, config), "results": results}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_results(args.out_dir, "hetdpt_digits", report, to_markdown(report))

@@ -154,12 +154,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report = run_hiap(dense, train, val, run_dir=run_dir, train=tune,
                           config=HiAPConfig(target_macs=budget * dense_macs),
                           speed=SpeedConfig(enabled=False))
-        macs = report["pruned"]["macs_full"]
+        macs = report.pruned["macs_full"]
         rows.append({"budget": budget, "method": "hiap", "target_macs": budget * dense_macs, "macs": macs,
-                     "params": report["pruned"]["params"], "top1": report["top1"]["extracted"],
-                     "threshold": report["threshold"], "seconds": time.perf_counter() - start,
-                     "heads": report["heads"], "neurons": report["neurons"], "ffn_closed": report["ffn_closed"],
-                     "model_dir": str(Path(report["model_dir"]).relative_to(args.out_dir))})
+                     "params": report.pruned["params"], "top1": report.top1["extracted"],
+                     "threshold": report.threshold, "seconds": time.perf_counter() - start,
+                     "heads": report.heads, "neurons": report.neurons, "ffn_closed": report.ffn_closed,
+                     "model_dir": str(Path(report.model_dir).relative_to(args.out_dir))})
         print(f"{budget:.0%} hiap: {macs / dense_macs:.3f} of dense MACs, top-1 {100 * rows[-1]['top1']:.2f}%",
               flush=True)
         hidden = sum(len(s) for s in _l1_neurons(dense))

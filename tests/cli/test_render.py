@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 
 from vitprune.cli import render
 from vitprune.cli.app import console, err_console
+from vitprune.methods.chain import ChainReport
+from vitprune.methods.hetdpt.pipeline import HetDPTReport
+from vitprune.methods.hiap import HiAPReport
 from vitprune.methods.stages import retention
+from vitprune.methods.star.pipeline import STARReport
+from vitprune.methods.vbp.pipeline import VBPReport
 
 #: An accuracy as a report may hold it: missing, exactly zero, or any fraction.
 ACCURACY = st.one_of(st.none(), st.just(0.0), st.floats(0.0, 1.0))
@@ -23,8 +28,9 @@ def _speed() -> dict:
 
 
 def _gains(top1: dict) -> dict:
-    return {"top1": top1, "dense": FOOTPRINT, "pruned": {**FOOTPRINT, "params": 0}, "speed": _speed(),
-            "seconds": {"prune": 1.0}, "model_dir": "run/model"}
+    """The fields every method's report has."""
+    return {"top1": top1, "dense": FOOTPRINT, "pruned": {**FOOTPRINT, "params": 0}, "mac_conventions": {},
+            "speed": _speed(), "seconds": {"prune": 1.0}, "model_dir": "run/model"}
 
 
 def _layer() -> dict:
@@ -38,27 +44,30 @@ def _reports(a: dict) -> list[tuple]:
     return [
         (render.render_eval, ("m", "digits", "val", {"count": 10, "top1": a["dense"], "top5": a["pruned"],
                                                      "loss": None})),
-        (render.render_hetdpt, ("m", {**_gains(pruned), "budget": 2, "attention": [0], "activation": [1],
-                                      "split": {"attention": 1, "activation": 1, "chosen_by": "user"},
-                                      "predictor": None})),
-        (render.render_vbp, ("m", {**_gains(pruned), "retention": retention(pruned), "widths_dense": {"0": 8},
-                                   "widths": {"0": 4}, "removed": 4, "ratio": 0.5, "criterion": "variance",
-                                   "compensate": True})),
-        (render.render_star, ("m", {**_gains(pruned), "retention": retention(pruned), "adaptive": False,
-                                    "rho": 0.7, "alpha": 0.15, "keep_rates": [1.0, 0.7], "pruned": FOOTPRINT})),
-        (render.render_hiap, ("m", {**_gains({"dense": a["dense"], "extracted": a["pruned"]}), "target_macs": None,
-                                    "threshold": 0.0, "heads": 0, "neurons": 0, "ffn_closed": [0],
-                                    "layers": [_layer()], "plot": "arch.png"})),
+        (render.render_hetdpt, ("m", HetDPTReport(
+            **_gains(pruned), budget=2, attention=[0], activation=[1], merged_blocks=[1],
+            split={"attention": 1, "activation": 1, "chosen_by": "user"}, predictor=None, selection={}, config={}))),
+        (render.render_vbp, ("m", VBPReport(
+            **_gains(pruned), retention=retention(pruned), widths_dense={"0": 8}, widths={"0": 4}, removed=4,
+            ratio=0.5, criterion="variance", compensate=True, config={}))),
+        (render.render_star, ("m", STARReport(
+            **{**_gains(pruned), "pruned": FOOTPRINT}, retention=retention(pruned), adaptive=False, rho=0.7,
+            alpha=0.15, keep_rates=[1.0, 0.7], acs=[1.0, 0.9], config={}))),
+        (render.render_hiap, ("m", HiAPReport(
+            **_gains({"dense": a["dense"], "extracted": a["pruned"]}), target_macs=None, threshold=0.0,
+            macs_predicted=0, heads=0, neurons=0, ffn_closed=[0], layers=[_layer()], config={}, train={}, history=[],
+            plot="arch.png"))),
         (render.render_hiap_epoch, ({"epoch": 1, "macs_expected_exact": 10.0, "macs_hardened": 8.0, "tau": 1.0,
                                      "lambda_scale": 1.0, "undecided": 0.5, "val_top1": a["pruned"],
                                      "layers": [_layer()]}, None)),
-        (render.render_chain, ("m", {**_gains({"dense": a["dense"], "final": a["finetuned"]}),
-                                     "steps": [{"step": 0, "method": "start", **FOOTPRINT, "top1": a["dense"]},
-                                               {"step": 1, "method": "depth", **FOOTPRINT, "top1": a["pruned"]}],
-                                     "consistency": {"ok": True, "macs_counted": 1, "macs_padding": 0,
-                                                     "macs_flop_counter": 1, "flop_counter_reference": "ref",
-                                                     "round_trip_max_diff": 0.0, "architecture_rebuilt": True,
-                                                     "onnx_max_diff": None, "onnx_skipped": "not asked for"}})),
+        (render.render_chain, ("m", ChainReport(
+            **_gains({"dense": a["dense"], "final": a["finetuned"]}),
+            steps=[{"step": 0, "method": "start", **FOOTPRINT, "top1": a["dense"]},
+                   {"step": 1, "method": "depth", **FOOTPRINT, "top1": a["pruned"]}],
+            consistency={"ok": True, "macs_counted": 1, "macs_padding": 0, "macs_flop_counter": 1,
+                         "flop_counter_reference": "ref", "round_trip_max_diff": 0.0, "architecture_rebuilt": True,
+                         "onnx_max_diff": None, "onnx_skipped": "not asked for"},
+            chain=[{"method": "depth"}]))),
     ]
 
 

@@ -7,13 +7,15 @@ import copy
 
 import pytest
 import torch
+from reports import assert_written
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.chain import (
-    CHAIN_FILE, METHODS, MODEL_DIR, STEP_FILE, STEPS_DIR, Step, hetdpt_plus_steps, load_chain, parse_chain, run_chain,
+    CHAIN_FILE, METHODS, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, Step, hetdpt_plus_steps, load_chain, parse_chain,
+    run_chain,
 )
 from vitprune.surgery import prune_depth, token_pruning_blocks
 
@@ -51,18 +53,19 @@ FOUR_STEPS = [
 def test_steps_apply_in_order_and_equal_the_methods_run_by_hand(setting, tmp_path):
     model, _, _ = setting
     report = _run(setting, parse_chain(FOUR_STEPS), tmp_path)
-    assert [r["method"] for r in report["steps"]] == ["start", "depth", "width", "vbp", "star"]
-    macs = [r["macs_full"] for r in report["steps"]]
+    assert [r["method"] for r in report.steps] == ["start", "depth", "width", "vbp", "star"]
+    macs = [r["macs_full"] for r in report.steps]
     assert all(b < a for a, b in zip(macs, macs[1:])), macs
-    assert report["steps"][0]["macs_full"] == count_macs(model).macs
+    assert report.steps[0]["macs_full"] == count_macs(model).macs
     final = vitprune.load(tmp_path / MODEL_DIR)
-    assert count_macs(final).macs == macs[-1] == report["pruned"]["macs_full"]
+    assert count_macs(final).macs == macs[-1] == report.pruned["macs_full"]
     ops = [e.op for e in vitprune.get_recipe(final).edits]
     # depth, width (head dims, neurons, stream channels of the 3 blocks with an MLP), VBP (mean shift folded into
     # the weights), STAR.
     assert ops == ["remove_attention", "remove_activation", *["prune_head_dims"] * 3, *["prune_mlp_neurons"] * 3,
                    "prune_embed_dims", *["prune_mlp_neurons"] * 3, "prune_tokens", "prune_tokens"]
-    assert report["consistency"]["ok"] and report["consistency"]["onnx_skipped"] == "not asked for"
+    assert report.consistency["ok"] and report.consistency["onnx_skipped"] == "not asked for"
+    assert_written(report, tmp_path / REPORT_FILE)
     # The width step cut exactly what width pruning by hand cuts from the depth-pruned model.
     from vitprune.methods.width import prune_width
 
@@ -88,8 +91,8 @@ def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_pat
         monkeypatch.setitem(chain_module._METHODS, method, chain_module._METHODS[method]._replace(
             run=lambda *a: pytest.fail("a finished step ran again")))
     resumed = _run(setting, steps, tmp_path, resume=True)
-    assert [r["top1"] for r in resumed["steps"]] == [r["top1"] for r in first["steps"]]
-    assert resumed["steps"][3]["summary"]["epochs"] == 1
+    assert [r["top1"] for r in resumed.steps] == [r["top1"] for r in first.steps]
+    assert resumed.steps[3]["summary"]["epochs"] == 1
     assert (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).exists()
     x = torch.randn(2, *vitprune.get_adapter(setting[0]).input_size)
     with torch.no_grad():
@@ -101,7 +104,7 @@ def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_pat
     (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).unlink()
     changed = _run(setting, [*steps[:2], Step("finetune", {"epochs": 2, "lr": 1e-3, "batch_size": 32})], tmp_path,
                    resume=True)
-    assert changed["steps"][3]["summary"]["epochs"] == 2
+    assert changed.steps[3]["summary"]["epochs"] == 2
     with pytest.raises(VitpruneError, match="not empty"):
         _run(setting, steps, tmp_path)
 
@@ -113,14 +116,14 @@ def test_hetdpt_plus_prunes_depth_then_width_to_the_target_then_fine_tunes_once(
                               hetdpt={"search_epochs": 1, "batch_size": 32},
                               finetune={"epochs": 1, "lr": 1e-3, "batch_size": 32})
     report = _run(setting, steps, tmp_path)
-    hetdpt, width, finetune = report["steps"][1:]
+    hetdpt, width, finetune = report.steps[1:]
     assert len(hetdpt["summary"]["attention"]) == len(hetdpt["summary"]["activation"]) == 1
     assert not (tmp_path / STEPS_DIR / "01-hetdpt" / "finetune").exists()  # HetDPT's own fine-tune is off
     assert 0.97 * target <= width["macs_full"] <= target and finetune["macs_full"] == width["macs_full"]
     assert finetune["summary"]["distill"] == "soft" and finetune["summary"]["epochs"] == 1
     merged = hetdpt["summary"]["activation"][0]
     assert str(merged) not in width["summary"]["plan"]["neurons"]  # a merged D×D linear has no hidden neurons
-    assert report["consistency"]["ok"]
+    assert report.consistency["ok"]
 
 
 def test_hetdpt_step_reuses_an_earlier_predictor(setting, tmp_path):
@@ -134,7 +137,7 @@ def test_hetdpt_step_reuses_an_earlier_predictor(setting, tmp_path):
     steps = parse_chain([{"method": "hetdpt", "budget": 2, "predictor": str(predictor), "preset": "digits",
                           "search_epochs": 1, "batch_size": 32}])
     report = _run(setting, steps, tmp_path / "run")
-    hetdpt = report["steps"][1]["summary"]
+    hetdpt = report.steps[1]["summary"]
     assert hetdpt["split"] == {"attention": 2, "activation": 0, "chosen_by": "predictor"}
     assert len(hetdpt["attention"]) == 2 and hetdpt["activation"] == []
     assert not (tmp_path / "run" / STEPS_DIR / "01-hetdpt" / "predictor_points.json").exists()
@@ -147,13 +150,13 @@ def test_depth_then_star_with_its_lrp_prior(setting, tmp_path):
                          {"method": "star", "rho": 0.6, "anchor": "minmax", "acs_images": 16, "lrp_images": 16,
                           "calibration_batch": 8, "classes": 2}])
     report = _run(setting, steps, tmp_path)
-    rates = report["steps"][2]["summary"]["keep_rates"]
+    rates = report.steps[2]["summary"]["keep_rates"]
     assert rates[1] == 1.0 and min(rates) == 0.6
     final = vitprune.load(tmp_path / MODEL_DIR)
     blocks = token_pruning_blocks(final)
     assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(rates) if r < 1}
     assert all(not torch.all(b.inter == 1) for b in blocks.values())  # the LRP prior is installed
-    assert report["consistency"]["ok"]
+    assert report.consistency["ok"]
 
 
 @pytest.mark.parametrize("steps, message", [

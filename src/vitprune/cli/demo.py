@@ -64,7 +64,7 @@ def demo(
             "model": "digits-vit", "starting_checkpoint": "digits-vit (trained by vitprune, cached)",
             "eval": metrics, "profile": full.to_dict(), "linear_macs": linear.macs,
             "latency": latency and latency.to_dict(), "throughput": throughput and throughput.to_dict(),
-            "hetdpt": report,
+            "hetdpt": report.to_dict(),
         })
         return
     render_hetdpt("digits-vit", report)

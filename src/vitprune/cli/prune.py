@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
@@ -18,8 +18,13 @@ from vitprune.cli.options import (
 )
 from vitprune.cli.render import ratio, render_comparison
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs, format_count
+from vitprune.measure import SpeedConfig, format_count
 from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
+from vitprune.methods.report import Report
+
+if TYPE_CHECKING:
+    from vitprune.methods.depth import DepthReport
+    from vitprune.methods.width import WidthReport
 
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
                         no_args_is_help=True)
@@ -59,27 +64,21 @@ def depth(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
-    import copy
-
     check_target(out, overwrite, "--out")
 
+    from vitprune.device import resolve_device
+    from vitprune.methods.depth import run_depth
     from vitprune.models import resolve_model
-    from vitprune.surgery import prune_depth
 
     attn_idx, act_idx = parse_indices(attention, "attention"), parse_indices(activation, "activation")
     if not attn_idx and not act_idx:
         raise VitpruneError("nothing to prune: give --attention and/or --activation block indices")
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    pruned = copy.deepcopy(dense)
-    prune_depth(pruned, attn_idx, act_idx, identity=identity.value, fold_norm=fold_norm, output_gelu=output_gelu)
-    before, after = count_macs(dense).totals(), count_macs(pruned).totals()
-    summary = {"model": model, "out": str(out), "attention": sorted(attn_idx), "activation": sorted(act_idx),
-               "identity": identity.value, "fold_norm": fold_norm, "output_gelu": output_gelu,
-               "before": before, "after": after}
-    _save_and_show(dense, pruned, out, "prune_depth", summary, speed_config(speed, speed_batch, repeats),
-                   device=device, json_out=json_out,
-                   title=f"{model}: attention removed in blocks {summary['attention'] or 'none'}, activation in "
-                         f"{summary['activation'] or 'none'} (identity '{summary['identity']}')")
+    report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), attn_idx, act_idx, out=out,
+                       name=model, identity=identity.value, fold_norm=fold_norm, output_gelu=output_gelu,
+                       speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
+                       progress=not json_out)
+    _show_edit(report, json_out, title=f"{model}: attention removed in blocks {report.attention or 'none'}, "
+                                       f"activation in {report.activation or 'none'} (identity '{report.identity}')")
 
 
 class Importance(str, Enum):
@@ -118,13 +117,10 @@ def width(
 ) -> None:
     """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, head dims or heads, FFN neurons),
     cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
-    import copy
-    import itertools
-
     check_target(out, overwrite, "--out")
 
-    from vitprune.data import build_loader
-    from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
+    from vitprune.device import resolve_device
+    from vitprune.methods.width import run_width
     from vitprune.models import resolve_model
 
     if (ratio is None) == (macs is None):
@@ -134,58 +130,34 @@ def width(
     if data is not None:
         dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                    download=download)
-        loader = build_loader(sets["train"], 16, shuffle=True, seed=0)
-        taylor_batches = list(itertools.islice(loader, batches))
     else:
-        dense, taylor_batches = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), []
-    options = {"importance": importance.value, "heads": heads, "embed": embed, "isomorphic": isomorphic,
-               "round_to": round_to, "batches": taylor_batches}
-    pruned = copy.deepcopy(dense)
-    if macs is not None:
-        ratio, plan = prune_width_to_macs(pruned, macs * 1e9, convention=convention.value, **options)
-    else:
-        plan = plan_width(pruned, ratio, **options)
-        apply_width(pruned, plan)
-    before, after = count_macs(dense).totals(), count_macs(pruned).totals()
-    summary = {"model": model, "out": str(out), "ratio": ratio, "target_gmacs": macs,
-               "convention": convention.value, "options": {k: v for k, v in options.items() if k != "batches"},
-               "plan": plan.to_dict(), "before": before, "after": after}
-    _save_and_show(dense, pruned, out, "prune_width", summary, speed_config(speed, speed_batch, repeats),
-                   device=device, json_out=json_out,
-                   title=f"{model}: width ratio {ratio:.4f} ({importance.value}, "
-                         f"{'isomorphic' if isomorphic else 'global'}, {'heads' if heads else 'head dims'}"
-                         f"{', stream channels' if embed else ''})")
+        dense, sets = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), {"train": None}
+    report = run_width(dense, out=out, ratio=ratio, target_macs=None if macs is None else macs * 1e9,
+                       convention=convention.value, importance=importance.value, heads=heads, embed=embed,
+                       isomorphic=isomorphic, round_to=round_to, train_set=sets["train"], batches=batches, name=model,
+                       speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
+                       progress=not json_out)
+    _show_edit(report, json_out, title=f"{model}: width ratio {report.ratio:.4f} ({importance.value}, "
+                                       f"{'isomorphic' if isomorphic else 'global'}, "
+                                       f"{'heads' if heads else 'head dims'}{', stream channels' if embed else ''})")
 
 
-def _save_and_show(dense: Any, pruned: Any, out: Path, key: str, summary: dict, speed: SpeedConfig, *, device: str,
-                   json_out: bool, title: str) -> None:
-    """Save PRUNED with ``summary`` under ``key`` in its metadata, time it against DENSE as ``speed`` says, and show
-    both."""
-    from vitprune.device import resolve_device
-    from vitprune.methods.stages import Stages, time_against
-    from vitprune.recipe import save
-
-    save(pruned, out, metadata={key: summary})
-    summary["speed"] = time_against(Stages(), pruned, dense, speed, device=resolve_device(device),
-                                    progress=not json_out)
+def _show_edit(report: DepthReport | WidthReport, json_out: bool, *, title: str) -> None:
+    """Print what depth or width pruning did: as JSON, or as a before/after table under ``title`` with the speed."""
     if json_out:
-        print_json(summary)
+        print_json(report.to_dict())
         return
-    _render(summary, title)
-
-
-def _render(summary: dict, title: str) -> None:
-    before, after = summary["before"], summary["after"]
+    before, after = report.before, report.after
     table = Table("", "before", "after", "after / before", title=title)
     rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
             ("MACs, linear-only (no attention matmuls)", "macs_linear")]
     for label, key in rows:
         table.add_row(label, format_count(before[key]), format_count(after[key]), ratio(after[key], before[key]))
     console.print(table)
-    render_comparison("pruned", summary["model"], summary["speed"])
-    if summary["speed"] is not None:
+    render_comparison("pruned", report.model, report.speed)
+    if report.speed is not None:
         console.print(f"MAC ratio (full convention): {ratio(before['macs_full'], after['macs_full'])}×")
-    console.print(f"saved to {summary['out']} (starting checkpoint: {summary['model']})")
+    console.print(f"saved to {report.out} (starting checkpoint: {report.model})")
 
 
 @prune_app.command()
@@ -421,7 +393,7 @@ def _parse_rates(text: str | None) -> list[float] | None:
         raise VitpruneError(f"--rates takes comma-separated keep rates such as 1,1,0.7; got {text!r}") from None
 
 
-def _run_calibrated(run: Callable[..., dict], render: Callable[[str, dict], None], config: Any, *, model: str,
+def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], None], config: Any, *, model: str,
                     data: str, out: Path, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
                     download: bool, device: str, resume: bool, speed: SpeedConfig, json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
@@ -453,10 +425,9 @@ def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optiona
     return dense, sets
 
 
-def _show(model: str, report: dict, render: Callable[[str, dict], None], json_out: bool) -> None:
-    """Print a pipeline's report, naming MODEL: as JSON, or through ``render``."""
-    report["model"] = model
+def _show(model: str, report: Report, render: Callable[[str, Any], None], json_out: bool) -> None:
+    """Print a pipeline's report, naming MODEL: as JSON (the report's keys, then ``model``), or through ``render``."""
     if json_out:
-        print_json(report)
+        print_json({**report.to_dict(), "model": model})
     else:
         render(model, report)

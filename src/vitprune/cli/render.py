@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
 from vitprune.cli.app import console, err_console
 from vitprune.measure import MacReport, SpeedResult, format_count
+
+if TYPE_CHECKING:  # the pipelines' modules load torch-heavy stages: the commands import them when they run
+    from vitprune.methods.chain import ChainReport
+    from vitprune.methods.hetdpt.pipeline import HetDPTReport
+    from vitprune.methods.hiap.pipeline import HiAPReport
+    from vitprune.methods.star.pipeline import STARReport
+    from vitprune.methods.vbp.pipeline import VBPReport
+
+    MethodReport = ChainReport | HetDPTReport | HiAPReport | STARReport | VBPReport
 
 
 def render_profile(model: str, report: MacReport) -> None:
@@ -70,13 +81,13 @@ def render_eval(model: str, data: str, split: str, metrics: dict) -> None:
     console.print(table)
 
 
-def render_hetdpt(model: str, report: dict) -> None:
+def render_hetdpt(model: str, report: HetDPTReport) -> None:
     """What HetDPT chose and what it gained: indices, predictor, accuracy, params, MACs, measured speed."""
-    split, predictor = report["split"], report.get("predictor")
-    console.print(f"[bold]HetDPT on {model}[/] (starting checkpoint: {model}): budget {report['budget']} layers = "
+    split, predictor = report.split, report.predictor
+    console.print(f"[bold]HetDPT on {model}[/] (starting checkpoint: {model}): budget {report.budget} layers = "
                   f"{split['attention']} attention + {split['activation']} activation (chosen by {split['chosen_by']})")
-    console.print(f"attention removed in blocks {report['attention']}; activation removed (fc1·fc2 merged) in "
-                  f"blocks {report['activation']}")
+    console.print(f"attention removed in blocks {report.attention}; activation removed (fc1·fc2 merged) in "
+                  f"blocks {report.activation}")
     if predictor is not None:
         fit = predictor["fit"]
         line = ", ".join(f"{p['attention']}+{p['activation']}: {p['predicted']:.2f}"
@@ -84,36 +95,34 @@ def render_hetdpt(model: str, report: dict) -> None:
         console.print(f"predictor: degree {fit['degree']} polynomial, L2OCV MAE {fit['mae']:.3f} / RMSE "
                       f"{fit['rmse']:.3f} over {len(fit['points'])} points; predicted top-1 along the budget line: "
                       f"{line}")
-    top1 = report["top1"]
+    top1 = report.top1
     _render_gains(model, "HetDPT", f"{percent(top1['finetuned'])} (right after removal {percent(top1['pruned'])})",
                   report)
 
 
-def render_vbp(model: str, report: dict) -> None:
+def render_vbp(model: str, report: VBPReport) -> None:
     """What VBP removed and what it gained: neurons per block, accuracy (retention, fine-tuned), params, MACs, speed."""
-    dense_width = max(report["widths_dense"].values())
-    total = sum(report["widths_dense"].values())
-    console.print(f"[bold]VBP on {model}[/] (starting checkpoint: {model}): removed {report['removed']} of {total} "
-                  f"MLP hidden neurons ({report['ratio']:.0%}, ranked globally by {report['criterion']}), mean-shift "
-                  f"compensation {'on' if report['compensate'] else 'off'}")
-    widths = ", ".join(f"{b}: {w}" for b, w in report["widths"].items())
+    dense_width = max(report.widths_dense.values())
+    total = sum(report.widths_dense.values())
+    console.print(f"[bold]VBP on {model}[/] (starting checkpoint: {model}): removed {report.removed} of {total} "
+                  f"MLP hidden neurons ({report.ratio:.0%}, ranked globally by {report.criterion}), mean-shift "
+                  f"compensation {'on' if report.compensate else 'off'}")
+    widths = ", ".join(f"{b}: {w}" for b, w in report.widths.items())
     console.print(f"MLP hidden width per block (was {dense_width}): {widths}")
-    top1, retention = report["top1"], report["retention"]
-    _render_gains(model, "VBP", _retention_cell(top1, retention), report)
+    _render_gains(model, "VBP", _retention_cell(report.top1, report.retention), report)
 
 
-def render_star(model: str, report: dict) -> None:
+def render_star(model: str, report: STARReport) -> None:
     """The keep-rate schedule and what STAR gained: accuracy (right after, fine-tuned), params, MACs, speed."""
-    kind = "a-STAR (per-image counts)" if report["adaptive"] else "STAR"
-    rho = "hand-set rates" if report["rho"] is None else f"rho {report['rho']:.4f}"
-    console.print(f"[bold]{kind} on {model}[/] (starting checkpoint: {model}): {rho}, alpha {report['alpha']}")
-    rates = ", ".join(f"{i}: {r:.3f}" for i, r in enumerate(report["keep_rates"]) if r < 1)
+    kind = "a-STAR (per-image counts)" if report.adaptive else "STAR"
+    rho = "hand-set rates" if report.rho is None else f"rho {report.rho:.4f}"
+    console.print(f"[bold]{kind} on {model}[/] (starting checkpoint: {model}): {rho}, alpha {report.alpha}")
+    rates = ", ".join(f"{i}: {r:.3f}" for i, r in enumerate(report.keep_rates) if r < 1)
     console.print(f"keep rate per pruning block: {rates or 'none (rho 1 keeps every token)'}")
-    if "macs_averaged_over_images" in report["pruned"]:
-        console.print(f"a-STAR's MACs depend on the image: mean over {report['pruned']['macs_averaged_over_images']} "
+    if "macs_averaged_over_images" in report.pruned:
+        console.print(f"a-STAR's MACs depend on the image: mean over {report.pruned['macs_averaged_over_images']} "
                       "validation images")
-    top1, retention = report["top1"], report["retention"]
-    _render_gains(model, kind, _retention_cell(top1, retention), report)
+    _render_gains(model, kind, _retention_cell(report.top1, report.retention), report)
 
 
 def render_hiap_epoch(stats: dict, target_macs: float | None) -> None:
@@ -134,23 +143,23 @@ def _layer_cell(index: int, layer: dict) -> str:
             f"{ffn}[{layer['expected_neurons']:.0f}]")
 
 
-def render_hiap(model: str, report: dict) -> None:
+def render_hiap(model: str, report: HiAPReport) -> None:
     """What HiAP kept per block and what it gained: budget, accuracy (extracted, no fine-tuning), MACs, speed."""
-    budget = ("no MAC target (fixed λ)" if report["target_macs"] is None else
-              f"target {format_count(report['target_macs'])} MACs, hardening threshold {report['threshold']:.3f}")
-    console.print(f"[bold]HiAP on {model}[/] (starting checkpoint: {model}): {budget}; kept {report['heads']} heads, "
-                  f"{report['neurons']} FFN neurons; FFN blocks closed: {report['ffn_closed'] or 'none'}")
+    budget = ("no MAC target (fixed λ)" if report.target_macs is None else
+              f"target {format_count(report.target_macs)} MACs, hardening threshold {report.threshold:.3f}")
+    console.print(f"[bold]HiAP on {model}[/] (starting checkpoint: {model}): {budget}; kept {report.heads} heads, "
+                  f"{report.neurons} FFN neurons; FFN blocks closed: {report.ffn_closed or 'none'}")
     table = Table("block", "heads", "value dims per head", "FFN neurons", title="extracted architecture")
-    for i, layer in enumerate(report["layers"]):
+    for i, layer in enumerate(report.layers):
         table.add_row(str(i), f"{layer['heads']}/{layer['heads_of']}",
                       ", ".join(map(str, layer["value_dims"])) or "-",
                       f"{layer['neurons']}/{layer['neurons_of']}" if layer["ffn"] else "closed")
     console.print(table)
-    top1 = report["top1"]
+    top1 = report.top1
     cell = (f"{percent(top1['extracted'])} extracted, no fine-tuning "
             f"({share(top1['extracted'], top1['dense'])} of dense)")
     _render_gains(model, "HiAP", cell, report)
-    console.print(f"per-block architecture plot: {report['plot']}")
+    console.print(f"per-block architecture plot: {report.plot}")
 
 
 def percent(value: float | None) -> str:
@@ -179,8 +188,8 @@ def _fraction(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _render_gains(model: str, method: str, top1_cell: str, report: dict) -> None:
-    top1, dense, pruned, speed = report["top1"], report["dense"], report["pruned"], report["speed"]
+def _render_gains(model: str, method: str, top1_cell: str, report: MethodReport) -> None:
+    top1, dense, pruned, speed = report.top1, report.dense, report.pruned, report.speed
     table = Table("", "dense", "pruned", "pruned / dense",
                   title=f"{model} vs {method}-pruned (MACs per image: full = with attention matmuls, linear = "
                         "linear/conv layers only)")
@@ -196,22 +205,22 @@ def _render_gains(model: str, method: str, top1_cell: str, report: dict) -> None
                       f"speedup {speed['speedup']:.3f}× (IQR {speed['speedup_q1']:.3f}–{speed['speedup_q3']:.3f}, "
                       f"{speed['pairs']} alternating pairs)")
     console.print(table)
-    seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report["seconds"].items())
+    seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report.seconds.items())
     console.print(f"time per stage: {seconds}")
-    console.print(f"saved the pruned model to {report['model_dir']}")
+    console.print(f"saved the pruned model to {report.model_dir}")
 
 
-def render_chain(model: str, report: dict) -> None:
+def render_chain(model: str, report: ChainReport) -> None:
     """Each step's footprint and accuracy, the final model's consistency check, and what the chain gained."""
     table = Table("step", "method", "params", "MACs (full)", "MACs (linear)", "top-1",
                   title=f"chain from {model} (starting checkpoint: {model}); top-1 on the validation split after each "
                         "step")
-    for record in report["steps"]:
+    for record in report.steps:
         table.add_row(str(record["step"]), record["method"], format_count(record["params"]),
                       format_count(record["macs_full"]), format_count(record["macs_linear"]),
                       percent(record['top1']))
     console.print(table)
-    check = report["consistency"]
+    check = report.consistency
     onnx = (f"ONNX max diff {check['onnx_max_diff']:.1e}" if check["onnx_max_diff"] is not None
             else f"ONNX skipped: {check['onnx_skipped']}")
     verdict = "[green]consistent[/]" if check["ok"] else "[bold red]INCONSISTENT[/]"
@@ -219,5 +228,5 @@ def render_chain(model: str, report: dict) -> None:
                   f"{check['flop_counter_reference']} {check['macs_flop_counter']:,}; save/load max diff "
                   f"{check['round_trip_max_diff']:.1e}; recipe rebuilds the architecture: "
                   f"{'yes' if check['architecture_rebuilt'] else 'no'}; {onnx}")
-    methods = " → ".join(record["method"] for record in report["steps"][1:])
-    _render_gains(model, f"chain ({methods})", percent(report['top1']['final']), report)
+    methods = " → ".join(record["method"] for record in report.steps[1:])
+    _render_gains(model, f"chain ({methods})", percent(report.top1['final']), report)

@@ -19,7 +19,6 @@ resumes at the step it stopped in (which itself resumes from its stage files):
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import shutil
 from collections.abc import Callable
@@ -36,12 +35,12 @@ from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, load, save
 from vitprune.training import FINETUNE_DISTILL, TrainConfig, evaluate, finetune_pruned
 
-CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR, REPORT_FILE = (
-    "chain.json", "steps", "step.json", RUN_MODEL_DIR, "report.json")
+CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR = "chain.json", "steps", "step.json", RUN_MODEL_DIR
 
 #: Pipelines time their result against their input; inside a chain they do not: the chain's own
 #: report times the final model against the starting one.
@@ -58,6 +57,29 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         """The chain-file form: ``{"method": ..., **settings}``."""
         return {"method": self.method, **self.settings}
+
+
+@dataclass
+class ChainReport(Report):
+    """What :func:`run_chain` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
+
+    #: Per step (step 0: the starting model) its method, settings, summary, params, MACs and top-1 (``step.json``).
+    steps: list[dict[str, Any]]
+    #: Validation top-1 of the starting model (``dense``) and of the ``final`` one.
+    top1: dict[str, float | None]
+    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
+    dense: dict[str, int]
+    pruned: dict[str, int]
+    mac_conventions: dict[str, str]
+    #: The final model's check (:class:`~vitprune.consistency.Consistency`'s JSON form).
+    consistency: dict[str, Any]
+    #: The final model timed against the starting one (``None``: not measured).
+    speed: dict[str, Any] | None
+    #: Wall time per stage.
+    seconds: dict[str, float]
+    #: The steps as the chain file gives them.
+    chain: list[dict[str, Any]]
+    model_dir: str
 
 
 def parse_chain(document: Any) -> list[Step]:
@@ -132,11 +154,17 @@ class _Context:
         return {"run_dir": self.step_dir, "device": self.device, "progress": self.progress, "log": self.log,
                 "resume": self.resume, "speed": _NO_SPEED}
 
+    def edit_options(self) -> dict[str, Any]:
+        """The arguments depth and width pruning take alike: where to save (the step's ``model/``), device,
+        progress."""
+        return {"out": self.step_dir / MODEL_DIR, "device": self.device, "progress": self.progress,
+                "speed": _NO_SPEED}
+
 
 def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: list[Step], *, run_dir: str | Path,
               calibration_set: Dataset | None = None, device: torch.device | str | None = None,
               progress: bool = False, log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-              preset: str = "imagenet", speed: SpeedConfig = SpeedConfig(), onnx: bool = True) -> dict[str, Any]:
+              preset: str = "imagenet", speed: SpeedConfig = SpeedConfig(), onnx: bool = True) -> ChainReport:
     """Run ``steps`` in order on a copy of ``model``; returns the report (also in ``run_dir/report.json``).
 
     ``model`` is the teacher of distilling fine-tune steps and the reference of the speed
@@ -187,11 +215,11 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     consistency = stages.run("check consistency", lambda: check_consistency(
         copy.deepcopy(current).cpu(), onnx=onnx).to_dict())
     timing = time_against(stages, current, model, speed, device=device, progress=progress)
-    report = {"steps": records, "top1": {"dense": records[0]["top1"], "final": records[-1]["top1"]},
-              "dense": count_macs(model).totals(), "pruned": count_macs(current).totals(),
-              "mac_conventions": CONVENTIONS, "consistency": consistency, "speed": timing,
-              "seconds": stages.seconds, "chain": chain, "model_dir": str(run_dir / MODEL_DIR)}
-    write_json(run_dir / REPORT_FILE, report)
+    report = ChainReport(steps=records, top1={"dense": records[0]["top1"], "final": records[-1]["top1"]},
+                         dense=count_macs(model).totals(), pruned=count_macs(current).totals(),
+                         mac_conventions=CONVENTIONS, consistency=consistency, speed=timing, seconds=stages.seconds,
+                         chain=chain, model_dir=str(run_dir / MODEL_DIR))
+    write_json(run_dir / REPORT_FILE, report.to_dict())
     return report
 
 
@@ -240,9 +268,14 @@ def _split(settings: dict[str, Any], names: set[str]) -> tuple[dict[str, Any], d
     return ({k: v for k, v in settings.items() if k in names}, {k: v for k, v in settings.items() if k not in names})
 
 
-def _saved(report: dict[str, Any], ctx: _Context) -> nn.Module:
-    """The model a method's pipeline saved (so each step starts from exactly what was saved)."""
-    return load(report["model_dir"], map_location=ctx.device)
+def _saved(directory: str, ctx: _Context) -> nn.Module:
+    """The model a method saved in ``directory`` (so each step starts from exactly what was saved)."""
+    return load(directory, map_location=ctx.device)
+
+
+def _fields(report: Report, names: tuple[str, ...]) -> dict[str, Any]:
+    """A step's summary: ``names`` of the report its method returned."""
+    return {name: getattr(report, name) for name in names}
 
 
 def _depth_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
@@ -253,11 +286,10 @@ def _depth_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
 
 
 def _depth(model: nn.Module, settings: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
-    from vitprune.surgery import prune_depth
+    from vitprune.methods.depth import run_depth
 
-    pruned = copy.deepcopy(model)
-    prune_depth(pruned, **settings)
-    return pruned, dict(settings)
+    report = run_depth(model, **settings, **ctx.edit_options())
+    return _saved(report.out, ctx), dict(settings)
 
 
 def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
@@ -274,29 +306,18 @@ def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
 
 
 def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
-    from vitprune.methods.width import apply_width, plan_width, prune_width_to_macs
+    from vitprune.methods.width import run_width
 
-    batches = []
-    if config["importance"] == "taylor":
-        loader = build_loader(ctx.train_set, 16, shuffle=True, seed=0)
-        batches = [(x.to(ctx.device), y.to(ctx.device)) for x, y in itertools.islice(loader, config["batches"])]
-    options = {k: config[k] for k in ("heads", "embed", "isomorphic", "round_to", "importance") if k in config}
-    pruned = copy.deepcopy(model)
-    if "target_macs" in config:
-        ratio, plan = prune_width_to_macs(pruned, config["target_macs"], convention=config["convention"],
-                                          batches=batches, **options)
-    else:
-        ratio, plan = config["ratio"], plan_width(pruned, config["ratio"], batches=batches, **options)
-        apply_width(pruned, plan)
-    return pruned, {"ratio": ratio, "plan": plan.to_dict()}
+    report = run_width(model, **config, train_set=ctx.train_set, **ctx.edit_options())
+    return _saved(report.out, ctx), _fields(report, ("ratio", "plan"))
 
 
-def _calibrated(run: Callable[..., dict[str, Any]], model: nn.Module, config: Any, ctx: _Context,
+def _calibrated(run: Callable[..., Report], model: nn.Module, config: Any, ctx: _Context,
                 keys: tuple[str, ...]) -> tuple[nn.Module, dict]:
     """A pipeline that takes calibration images (VBP, STAR) run as a step: its saved model and its report's ``keys``."""
     report = run(model, ctx.train_set, ctx.val_set, config=config,
                  calibration_set=ctx.calibration_set, **ctx.pipeline_options())
-    return _saved(report, ctx), {k: report[k] for k in keys}
+    return _saved(report.model_dir, ctx), _fields(report, keys)
 
 
 def _vbp_config(settings: dict[str, Any], preset: str) -> Any:
@@ -346,7 +367,7 @@ def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> 
     train, config = configs
     report = run_hiap(model, ctx.train_set, ctx.val_set, train=train, config=config,
                       **ctx.pipeline_options())
-    return _saved(report, ctx), {k: report[k] for k in ("heads", "neurons", "ffn_closed", "threshold")}
+    return _saved(report.model_dir, ctx), _fields(report, ("heads", "neurons", "ffn_closed", "threshold"))
 
 
 #: HetDPT settings beyond HetDPTConfig's scalar fields: the layer budget and the preset's stage lengths.
@@ -377,7 +398,7 @@ def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any, s
     budget, split, config, predictor = configs
     report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split, predictor=predictor,
                         config=config, **ctx.pipeline_options())
-    return _saved(report, ctx), {k: report[k] for k in ("attention", "activation", "split")}
+    return _saved(report.model_dir, ctx), _fields(report, ("attention", "activation", "split"))
 
 
 def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -15,9 +15,15 @@ from torch.utils.data import DataLoader, Dataset
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, compare_speed
+from vitprune.recipe import save
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 
+if TYPE_CHECKING:
+    from vitprune.methods.depth import DepthReport
+    from vitprune.methods.width.pipeline import WidthReport
+
 T = TypeVar("T")
+R = TypeVar("R", "DepthReport", "WidthReport")
 
 
 class Stages:
@@ -45,6 +51,16 @@ def time_against(stages: Stages, pruned: nn.Module, original: nn.Module, speed: 
     return stages.run("measure speed", lambda: compare_speed(
         pruned, original, batch_size=speed.batch_size, device=device, pairs=speed.pairs, warmup=speed.warmup,
         progress=progress).to_dict())
+
+
+def save_and_time(report: R, key: str, pruned: nn.Module, original: nn.Module, speed: SpeedConfig, *,
+                  device: torch.device | str | None, progress: bool) -> R:
+    """Save ``pruned`` to ``report.out`` with ``report`` (but for its speed) under ``key`` in the metadata, then time
+    it against ``original`` as ``speed`` says (on ``device``, default ``original``'s) into ``report.speed``."""
+    save(pruned, report.out, metadata={key: {k: v for k, v in report.to_dict().items() if k != "speed"}})
+    device = torch.device(device) if device is not None else next(original.parameters()).device
+    report.speed = time_against(Stages(), pruned, original, speed, device=device, progress=progress)
+    return report
 
 
 def prepare_run_dir(run_dir: str | Path, resume: bool) -> Path:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from reports import assert_written
 
 import vitprune
 from vitprune.data import build_dataset, build_loader
@@ -40,29 +41,30 @@ def test_full_pipeline_on_a_small_model(setting, tmp_path):
     model, train, val, config = setting
     before = {k: v.clone() for k, v in model.state_dict().items()}
     report = run_hetdpt(model, train, val, budget=3, run_dir=tmp_path, config=config)
-    split = report["split"]
+    split = report.split
     assert split["chosen_by"] == "predictor" and split["attention"] + split["activation"] == 3
-    assert (len(report["attention"]), len(report["activation"])) == (split["attention"], split["activation"])
-    assert report["merged_blocks"] == report["activation"]
+    assert (len(report.attention), len(report.activation)) == (split["attention"], split["activation"])
+    assert report.merged_blocks == report.activation
     points = json.loads((tmp_path / POINTS_FILE).read_text())
     assert len(points) == 1 + 2 + 2 + 1  # dense, two sweeps of 2, one interleaved round (first step shared)
-    assert report["predictor"]["fit"]["points"] == [[p["a"], p["t"], p["top1"]] for p in points]
-    line = report["predictor"]["split"]["line"]
+    assert report.predictor["fit"]["points"] == [[p["a"], p["t"], p["top1"]] for p in points]
+    line = report.predictor["split"]["line"]
     best = max(line, key=lambda p: p["predicted"])
     assert (best["attention"], best["activation"]) == (split["attention"], split["activation"])
     for name in (PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, REPORT_FILE):
         assert (tmp_path / name).is_file()
     pruned = vitprune.load(tmp_path / MODEL_DIR)
     views = vitprune.get_adapter(pruned).blocks()
-    assert [v.index for v in views if v.attn is None] == report["attention"]
-    assert [v.index for v in views if v.mlp.merged] == report["activation"]
-    assert report["pruned"]["params"] == count_macs(pruned).params < report["dense"]["params"]
-    assert report["pruned"]["macs_linear"] == count_macs(pruned, convention="linear").macs
+    assert [v.index for v in views if v.attn is None] == report.attention
+    assert [v.index for v in views if v.mlp.merged] == report.activation
+    assert report.pruned["params"] == count_macs(pruned).params < report.dense["params"]
+    assert report.pruned["macs_linear"] == count_macs(pruned, convention="linear").macs
     loader = build_loader(val, 64, shuffle=False, seed=0)
-    assert report["top1"]["finetuned"] == evaluate(pruned, loader)["top1"]
-    assert report["top1"]["dense"] == evaluate(model, loader)["top1"]
-    assert set(report["seconds"]) >= {"step 1: predictor of accuracy per split", "stage 2: fine-tune and merge"}
-    assert json.loads((tmp_path / REPORT_FILE).read_text())["attention"] == report["attention"]
+    assert report.top1["finetuned"] == evaluate(pruned, loader)["top1"]
+    assert report.top1["dense"] == evaluate(model, loader)["top1"]
+    assert set(report.seconds) >= {"step 1: predictor of accuracy per split", "stage 2: fine-tune and merge"}
+    assert json.loads((tmp_path / REPORT_FILE).read_text())["attention"] == report.attention
+    assert_written(report, tmp_path / REPORT_FILE)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
@@ -70,14 +72,14 @@ def test_full_pipeline_on_a_small_model(setting, tmp_path):
 def test_fixed_split_and_resume_reuse_finished_stages(setting, tmp_path):
     model, train, val, config = setting
     first = run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config)
-    assert first["predictor"] is None and first["split"]["chosen_by"] == "user"
+    assert first.predictor is None and first.split["chosen_by"] == "user"
     assert not (tmp_path / POINTS_FILE).exists()
     weights = vitprune.load(tmp_path / MODEL_DIR).state_dict()
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
         run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config)
     again = run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config, resume=True)
-    assert (again["attention"], again["activation"]) == (first["attention"], first["activation"])
-    assert again["top1"] == {**first["top1"], "finetune_best": None}  # nothing retrained
+    assert (again.attention, again.activation) == (first.attention, first.activation)
+    assert again.top1 == {**first.top1, "finetune_best": None}  # nothing retrained
     reloaded = vitprune.load(tmp_path / MODEL_DIR).state_dict()
     assert all(torch.equal(weights[k], v) for k, v in reloaded.items())
 
@@ -89,8 +91,8 @@ def test_a_saved_predictor_serves_another_budget(setting, tmp_path):
     report = run_hetdpt(model, train, val, budget=2, run_dir=tmp_path / "b", config=config,
                         predictor=tmp_path / "a" / PREDICTOR_FILE)
     assert not (tmp_path / "b" / POINTS_FILE).exists()
-    assert report["predictor"]["fit"] == json.loads((tmp_path / "a" / PREDICTOR_FILE).read_text())
-    assert report["split"]["attention"] + report["split"]["activation"] == 2
+    assert report.predictor["fit"] == json.loads((tmp_path / "a" / PREDICTOR_FILE).read_text())
+    assert report.split["attention"] + report.split["activation"] == 2
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from reports import assert_written
 from safetensors.torch import load_file
 
 import vitprune
@@ -164,15 +165,15 @@ def test_pipeline_extracts_what_the_gates_decided(setting, tmp_path):
                                     config=HiAPConfig(lambda_macro=3.0, lambda_micro=3.0),
                                     speed=SpeedConfig(batch_size=2, pairs=3))
     loaded = vitprune.load(tmp_path / hiap_pipeline.MODEL_DIR)
-    assert count_macs(loaded).macs == report["pruned"]["macs_full"] == report["macs_predicted"]
-    assert report["threshold"] == 0.0 and report["target_macs"] is None
+    assert count_macs(loaded).macs == report.pruned["macs_full"] == report.macs_predicted
+    assert report.threshold == 0.0 and report.target_macs is None
     # Validation during training ran the hardened gates: the extracted model is that model.
-    assert report["top1"]["extracted"] == report["top1"]["gated_last_epoch"]
-    assert [h["epoch"] for h in report["history"]] == [1, 2]
+    assert report.top1["extracted"] == report.top1["gated_last_epoch"]
+    assert [h["epoch"] for h in report.history] == [1, 2]
     logits = load_file(str(tmp_path / hiap_pipeline.GATES_FILE))
     kept = [int((logits[f"neuron.{b}"] > 0).sum()) if logits[f"block.{b}"] > 0 else 0 for b in range(2)]
-    assert kept == [layer["neurons"] for layer in report["layers"]]
+    assert kept == [layer["neurons"] for layer in report.layers]
     assert (tmp_path / hiap_pipeline.PLOT_FILE).stat().st_size > 0
-    assert (tmp_path / hiap_pipeline.REPORT_FILE).exists()
+    assert_written(report, tmp_path / hiap_pipeline.REPORT_FILE)
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
         hiap_pipeline.run_hiap(model, train, val, run_dir=tmp_path, train=TRAIN)

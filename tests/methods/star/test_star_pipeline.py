@@ -8,6 +8,7 @@ import functools
 
 import pytest
 import torch
+from reports import assert_written
 
 import vitprune
 from vitprune.data import build_dataset, build_loader
@@ -42,15 +43,16 @@ def test_static_run_is_the_schedule_it_reports(setting, tmp_path):
     report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
     for name in (ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE):
         assert (tmp_path / name).is_file()
-    assert report["keep_rates"] == keep_rates(report["acs"], 0.5, anchor="minmax")
+    assert report.keep_rates == keep_rates(report.acs, 0.5, anchor="minmax")
     loaded = vitprune.load(tmp_path / MODEL_DIR)
     blocks = token_pruning_blocks(loaded)
-    assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(report["keep_rates"]) if r < 1}
+    assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(report.keep_rates) if r < 1}
     assert all(b.alpha == 0.3 and not torch.equal(b.inter, torch.ones_like(b.inter)) for b in blocks.values())
     loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
-    assert report["top1"]["pruned"] == evaluate(loaded, loader)["top1"]
-    assert report["pruned"] == count_macs(loaded).totals()
-    assert report["pruned"]["macs_full"] < report["dense"]["macs_full"]
+    assert report.top1["pruned"] == evaluate(loaded, loader)["top1"]
+    assert report.pruned == count_macs(loaded).totals()
+    assert report.pruned["macs_full"] < report.dense["macs_full"]
+    assert_written(report, tmp_path / REPORT_FILE)
 
 
 def test_mac_target_adaptive_and_resume(setting, tmp_path, monkeypatch):
@@ -62,17 +64,17 @@ def test_mac_target_adaptive_and_resume(setting, tmp_path, monkeypatch):
     monkeypatch.setattr(star_pipeline, "inter_layer_scores", lambda *a, **k: pytest.fail("prior recomputed"))
     monkeypatch.setattr(star_pipeline, "average_cosine_similarity", lambda *a, **k: pytest.fail("ACS recomputed"))
     again = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path, resume=True,
-                     config=replace(config, rho=first["rho"], adaptive=True))
-    assert again["acs"] == first["acs"] and again["keep_rates"] == first["keep_rates"]
-    assert again["pruned"]["macs_averaged_over_images"] == 4
-    assert again["pruned"]["macs_full"] <= first["pruned"]["macs_full"]  # a-STAR never keeps more
+                     config=replace(config, rho=first.rho, adaptive=True))
+    assert again.acs == first.acs and again.keep_rates == first.keep_rates
+    assert again.pruned["macs_averaged_over_images"] == 4
+    assert again.pruned["macs_full"] <= first.pruned["macs_full"]  # a-STAR never keeps more
 
 
 def test_fine_tuning_is_reported(setting, tmp_path):
     model, train, val, calibration, config = setting
     report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path,
                       config=replace(config, alpha=1.0, finetune=TrainConfig(epochs=1, lr=5e-4, batch_size=64)))
-    assert set(report["top1"]) == {"dense", "pruned", "finetuned", "finetune_best"}
+    assert set(report.top1) == {"dense", "pruned", "finetuned", "finetune_best"}
     assert not (tmp_path / INTER_FILE).exists()  # alpha 1 needs no prior
 
 
@@ -96,7 +98,7 @@ def test_hand_set_rates_need_no_acs(setting, tmp_path):
     rates = [1.0, 0.5, 1.0, 0.8]
     report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path,
                       config=replace(config, rho=None, rates=rates, alpha=1.0))
-    assert report["keep_rates"] == rates and report["acs"] is None and report["rho"] is None
+    assert report.keep_rates == rates and report.acs is None and report.rho is None
     assert not (tmp_path / ACS_FILE).exists()
     assert {i: b.keep_rate for i, b in token_pruning_blocks(vitprune.load(tmp_path / MODEL_DIR)).items()} == {
         1: 0.5, 3: 0.8}

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from reports import assert_written
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset, build_loader
@@ -53,20 +54,21 @@ def test_one_shot_run_matches_the_building_blocks(setting, tmp_path):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     report = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
     reference, removed = _reference(model, calibration, config)
-    total = sum(report["widths_dense"].values())
-    assert report["removed"] == math.ceil(0.5 * total) == sum(map(len, removed.values()))
+    total = sum(report.widths_dense.values())
+    assert report.removed == math.ceil(0.5 * total) == sum(map(len, removed.values()))
     hidden = {str(v.index): v.mlp.hidden_features for v in vitprune.get_adapter(model).blocks()}
-    assert report["widths_dense"] == hidden
-    assert report["widths"] == {str(b): hidden[str(b)] - len(r) for b, r in removed.items()}
+    assert report.widths_dense == hidden
+    assert report.widths == {str(b): hidden[str(b)] - len(r) for b, r in removed.items()}
     loaded = vitprune.load(tmp_path / MODEL_DIR)
     x = torch.randn(3, *vitprune.get_adapter(model).input_size)
     with torch.no_grad():
         torch.testing.assert_close(loaded.eval()(x), reference.eval()(x), rtol=0, atol=0)
     loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
-    assert report["top1"] == {"dense": evaluate(model, loader)["top1"], "pruned": evaluate(reference, loader)["top1"]}
-    assert report["retention"]["pruned"] == report["top1"]["pruned"] / report["top1"]["dense"]
-    assert report["pruned"] == count_macs(reference).totals() and report["dense"] == count_macs(model).totals()
-    assert report["speed"]["pairs"] == 3
+    assert report.top1 == {"dense": evaluate(model, loader)["top1"], "pruned": evaluate(reference, loader)["top1"]}
+    assert report.retention["pruned"] == report.top1["pruned"] / report.top1["dense"]
+    assert report.pruned == count_macs(reference).totals() and report.dense == count_macs(model).totals()
+    assert report.speed["pairs"] == 3
+    assert_written(report, tmp_path / REPORT_FILE)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # the input model is untouched
     for name in (STATISTICS_FILE, SELECTION_FILE, REPORT_FILE):
         assert (tmp_path / name).is_file()
@@ -82,7 +84,7 @@ def test_baseline_without_compensation_needs_no_statistics(setting, tmp_path, mo
     x = torch.randn(2, *vitprune.get_adapter(model).input_size)
     with torch.no_grad():
         torch.testing.assert_close(vitprune.load(tmp_path / MODEL_DIR)(x), reference.eval()(x), rtol=0, atol=0)
-    assert report["criterion"] == "magnitude" and report["compensate"] is False
+    assert report.criterion == "magnitude" and report.compensate is False
 
 
 def test_resume_reuses_statistics_and_selection(setting, tmp_path, monkeypatch):
@@ -93,7 +95,7 @@ def test_resume_reuses_statistics_and_selection(setting, tmp_path, monkeypatch):
     monkeypatch.setattr(vbp_pipeline, "mlp_statistics", lambda *a, **k: pytest.fail("statistics recomputed"))
     monkeypatch.setattr(vbp_pipeline, "neuron_scores", lambda *a, **k: pytest.fail("selection recomputed"))
     again = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config, resume=True)
-    assert again["top1"] == first["top1"] and again["widths"] == first["widths"]
+    assert again.top1 == first.top1 and again.widths == first.widths
 
 
 @pytest.mark.slow
@@ -105,10 +107,10 @@ def test_fine_tuning_with_distillation_recovers_and_is_reported(setting, trained
                      config=replace(config, ratio=0.7, finetune=tune, distill="soft", alpha=0.5))
     loaded = vitprune.load(tmp_path / MODEL_DIR)
     loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
-    assert report["top1"]["finetuned"] == evaluate(loaded, loader)["top1"]
-    assert report["top1"]["finetune_best"] == report["top1"]["finetuned"]  # one epoch: its result is the best
+    assert report.top1["finetuned"] == evaluate(loaded, loader)["top1"]
+    assert report.top1["finetune_best"] == report.top1["finetuned"]  # one epoch: its result is the best
     assert (tmp_path / "finetune").is_dir()
-    assert report["top1"]["finetuned"] > report["top1"]["pruned"] + 0.05, report["top1"]
+    assert report.top1["finetuned"] > report.top1["pruned"] + 0.05, report.top1
 
 
 def test_statistics_round_trip_and_a_corrupt_file(tmp_path):

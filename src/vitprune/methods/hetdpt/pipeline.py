@@ -35,6 +35,7 @@ from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
+from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.surgery import (
@@ -42,8 +43,8 @@ from vitprune.surgery import (
 )
 from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
 
-POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, REPORT_FILE = (
-    "predictor_points.json", "predictor.json", "predictor.png", "selection.json", "report.json")
+POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE = (
+    "predictor_points.json", "predictor.json", "predictor.png", "selection.json")
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
@@ -99,6 +100,35 @@ class HetDPTConfig:
         for stage in (self.probe, self.search, self.finetune):
             if stage is not None:
                 stage.validate()
+
+
+@dataclass
+class HetDPTReport(Report):
+    """What :func:`run_hetdpt` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
+
+    budget: int
+    #: ``attention`` and ``activation`` layers removed, ``chosen_by`` the ``predictor`` or the ``user``.
+    split: dict[str, Any]
+    #: Blocks whose attention was removed, and whose activation was (their fc1·fc2 merged).
+    attention: list[int]
+    activation: list[int]
+    merged_blocks: list[int]
+    #: Step 1: the predictor's fit, the split it chose and its plot; ``None`` when the split was given.
+    predictor: dict[str, Any] | None
+    #: Step 2: the chosen layers, their importance scores and the candidates.
+    selection: dict[str, Any]
+    #: Validation top-1: ``dense``, ``pruned`` (right after removal), ``finetuned`` and ``finetune_best``.
+    top1: dict[str, float | None]
+    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
+    dense: dict[str, int]
+    pruned: dict[str, int]
+    mac_conventions: dict[str, str]
+    #: The pruned model timed against the dense one (``None``: not measured).
+    speed: dict[str, Any] | None
+    #: Wall time per stage.
+    seconds: dict[str, float]
+    config: dict[str, Any]
+    model_dir: str
 
 
 def preset(name: str) -> HetDPTConfig:
@@ -170,7 +200,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
                split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
                device: torch.device | str | None = None, progress: bool = False,
                log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-               predictor: str | Path | None = None, speed: SpeedConfig = SpeedConfig()) -> dict[str, Any]:
+               predictor: str | Path | None = None, speed: SpeedConfig = SpeedConfig()) -> HetDPTReport:
     """Remove ``budget`` layers (attention + activation) from a copy of ``model`` the HetDPT way; returns the report.
 
     ``split`` fixes how many of each type (attention, activation); ``None`` lets the predictor
@@ -208,18 +238,16 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {"budget": budget, "split": list(split), **{
         k: selection[k] for k in ("attention", "activation")}}})
 
-    footprint = {name: count_macs(m).totals() for name, m in (("dense", model), ("pruned", pruned))}
     timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
-    report = {
-        "budget": budget, "split": {"attention": split[0], "activation": split[1],
-                                    "chosen_by": "predictor" if step1 is not None else "user"},
-        "attention": selection["attention"], "activation": selection["activation"],
-        "merged_blocks": recovery.pop("merged_blocks"), "predictor": step1, "selection": selection,
-        "top1": {"dense": dense_top1, **recovery},
-        **footprint, "mac_conventions": CONVENTIONS, "speed": timing,
-        "seconds": stages.seconds, "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
-    }
-    write_json(run_dir / REPORT_FILE, report)
+    report = HetDPTReport(
+        budget=budget, split={"attention": split[0], "activation": split[1],
+                              "chosen_by": "predictor" if step1 is not None else "user"},
+        attention=selection["attention"], activation=selection["activation"],
+        merged_blocks=recovery.pop("merged_blocks"), predictor=step1, selection=selection,
+        top1={"dense": dense_top1, **recovery}, dense=count_macs(model).totals(), pruned=count_macs(pruned).totals(),
+        mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
+        model_dir=str(run_dir / MODEL_DIR))
+    write_json(run_dir / REPORT_FILE, report.to_dict())
     return report
 
 

@@ -12,11 +12,11 @@ from vitprune.methods.hiap.cost import (
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gated import GatedForward
 from vitprune.methods.hiap.gates import FAMILIES, HiAPGates, LayerShape, gumbel_sigmoid, temperature
-from vitprune.methods.hiap.pipeline import TRAIN_DEFAULTS, run_hiap
+from vitprune.methods.hiap.pipeline import TRAIN_DEFAULTS, HiAPReport, run_hiap
 from vitprune.methods.hiap.search import HiAPConfig, budget_threshold, layer_summary, train_gates
 
 __all__ = [
-    "COST_MODELS", "FAMILIES", "TRAIN_DEFAULTS", "GatedForward", "HiAPConfig", "HiAPGates", "LayerShape",
+    "COST_MODELS", "FAMILIES", "TRAIN_DEFAULTS", "GatedForward", "HiAPConfig", "HiAPGates", "HiAPReport", "LayerShape",
     "budget_threshold",
     "cost_penalty", "dense_cost", "extract", "feasibility", "gate_cost", "gumbel_sigmoid", "layer_shapes",
     "layer_summary", "run_hiap", "temperature", "train_gates", "unit_costs",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,24 +35,59 @@ from vitprune.methods.hiap.plots import plot_architecture
 from vitprune.methods.hiap.search import (
     HiAPConfig, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
+from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.engine import METRICS_FILE
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
-PLOT_FILE, REPORT_FILE = "architecture.png", "report.json"
+PLOT_FILE = "architecture.png"
 
 #: HiAP's training settings besides the epochs, by default (the paper's: AdamW at 5e-5, batch 256, no
 #: warm-up); ``vitprune prune hiap`` and a chain's ``hiap`` step take theirs from here.
 TRAIN_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "batch_size": 256, "warmup_epochs": 0.0}
 
 
+@dataclass
+class HiAPReport(Report):
+    """What :func:`run_hiap` did and measured (its config is :class:`~vitprune.methods.hiap.search.HiAPConfig`);
+    ``run_dir/report.json`` holds its :meth:`to_dict`."""
+
+    target_macs: float | None
+    #: The hardening threshold of the extraction (0 without a MAC target).
+    threshold: float
+    #: MACs the hardened gates predict for the extracted model.
+    macs_predicted: int
+    #: Heads and FFN neurons kept, in all, and the blocks whose FFN closed.
+    heads: int
+    neurons: int
+    ffn_closed: list[int]
+    #: Per block what the hardened gates keep (:func:`~vitprune.methods.hiap.search.layer_summary`).
+    layers: list[dict[str, Any]]
+    #: Validation top-1: ``dense``, ``extracted`` and ``gated_last_epoch`` (the hardened gates, before extraction).
+    top1: dict[str, float | None]
+    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
+    dense: dict[str, int]
+    pruned: dict[str, int]
+    mac_conventions: dict[str, str]
+    #: The extracted model timed against the dense one (``None``: not measured).
+    speed: dict[str, Any] | None
+    #: Wall time per stage.
+    seconds: dict[str, float]
+    config: dict[str, Any]
+    train: dict[str, Any]
+    #: Every training epoch's statistics, without the per-block view.
+    history: list[dict[str, Any]]
+    model_dir: str
+    plot: str
+
+
 def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path, train: TrainConfig,
              config: HiAPConfig | None = None, device: torch.device | str | None = None, progress: bool = False,
              log: Callable[[str], None] = lambda _msg: None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
              resume: bool = False, speed: SpeedConfig = SpeedConfig(),
-             budget_tolerance: float = 0.02) -> dict[str, Any]:
+             budget_tolerance: float = 0.02) -> HiAPReport:
     """HiAP on a copy of ``model``: train it with its gates for ``train``'s epochs, extract it; returns the report.
 
     With ``config.target_macs`` the controller steers λ towards the budget and the extraction's
@@ -96,14 +131,12 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} M MACs "
                                                          f"(dense {dense_macs.macs / 1e6:.2f} M)")
     timing = time_against(stages, work, model, speed, device=device, progress=progress)
-    report = {
-        **summary, "layers": layers, "top1": top1, "dense": dense_macs.totals(), "pruned": count_macs(work).totals(),
-        "mac_conventions": CONVENTIONS, "speed": timing, "seconds": stages.seconds,
-        "config": config.to_dict(), "train": asdict(train), "history": [
-            {k: v for k, v in h.items() if k != "layers"} for h in history],
-        "model_dir": str(run_dir / MODEL_DIR), "plot": str(run_dir / PLOT_FILE),
-    }
-    write_json(run_dir / REPORT_FILE, report)
+    report = HiAPReport(
+        **summary, layers=layers, top1=top1, dense=dense_macs.totals(), pruned=count_macs(work).totals(),
+        mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
+        train=asdict(train), history=[{k: v for k, v in h.items() if k != "layers"} for h in history],
+        model_dir=str(run_dir / MODEL_DIR), plot=str(run_dir / PLOT_FILE))
+    write_json(run_dir / REPORT_FILE, report.to_dict())
     return report
 
 

@@ -31,6 +31,7 @@ from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention, time_against
 from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.schedule import (
@@ -39,7 +40,7 @@ from vitprune.methods.star.schedule import (
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
 
-ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE = "acs.json", "inter.safetensors", "schedule.json", "report.json"
+ACS_FILE, INTER_FILE, SCHEDULE_FILE = "acs.json", "inter.safetensors", "schedule.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
@@ -100,11 +101,40 @@ class STARConfig:
             self.finetune.validate()
 
 
+@dataclass
+class STARReport(Report):
+    """What :func:`run_star` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
+
+    #: Keep rate of the last block, given or found for the MAC target (``None``: hand-set rates).
+    rho: float | None
+    alpha: float
+    adaptive: bool
+    #: What each block keeps (1.0 for those that prune no token).
+    keep_rates: list[float]
+    #: Average cosine similarity per block (``None``: hand-set rates need none).
+    acs: list[float] | None
+    #: Validation top-1: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and
+    #: ``finetune_best``.
+    top1: dict[str, float | None]
+    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`).
+    retention: dict[str, float | None]
+    #: Params and MACs in both conventions; a-STAR's are a mean over images (``macs_averaged_over_images``).
+    dense: dict[str, int]
+    pruned: dict[str, Any]
+    mac_conventions: dict[str, str]
+    #: The pruned model timed against the dense one (``None``: not measured).
+    speed: dict[str, Any] | None
+    #: Wall time per stage.
+    seconds: dict[str, float]
+    config: dict[str, Any]
+    model_dir: str
+
+
 def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
              config: STARConfig | None = None, calibration_set: Dataset | None = None,
              device: torch.device | str | None = None, progress: bool = False,
              log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-             speed: SpeedConfig = SpeedConfig()) -> dict[str, Any]:
+             speed: SpeedConfig = SpeedConfig()) -> STARReport:
     """Token-prune a copy of ``model`` the STAR way, optionally fine-tune it; returns the report.
 
     The ACS and the LRP prior come from ``calibration_set`` (default ``train_set``; the CLI passes
@@ -158,14 +188,12 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     save(pruned, run_dir / MODEL_DIR, metadata={"star": {"rho": rho, "alpha": config.alpha,
                                                          "adaptive": config.adaptive, "keep_rates": rates}})
     timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
-    report = {
-        "rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates, "acs": acs,
-        "top1": top1, "retention": retention(top1),
-        "dense": count_macs(model).totals(), "pruned": _footprint(pruned, val_set, config),
-        "mac_conventions": CONVENTIONS, "speed": timing, "seconds": stages.seconds,
-        "config": config.to_dict(), "model_dir": str(run_dir / MODEL_DIR),
-    }
-    write_json(run_dir / REPORT_FILE, report)
+    report = STARReport(
+        rho=rho, alpha=config.alpha, adaptive=config.adaptive, keep_rates=rates, acs=acs, top1=top1,
+        retention=retention(top1), dense=count_macs(model).totals(), pruned=_footprint(pruned, val_set, config),
+        mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
+        model_dir=str(run_dir / MODEL_DIR))
+    write_json(run_dir / REPORT_FILE, report.to_dict())
     return report
 
 

@@ -30,6 +30,7 @@ from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention, time_against
 from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
 from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
@@ -37,7 +38,7 @@ from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statis
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
 
-STATISTICS_FILE, SELECTION_FILE, REPORT_FILE = "statistics.safetensors", "selection.json", "report.json"
+STATISTICS_FILE, SELECTION_FILE = "statistics.safetensors", "selection.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
@@ -89,11 +90,40 @@ class VBPConfig:
         return self.compensate or self.criterion == "variance"
 
 
+@dataclass
+class VBPReport(Report):
+    """What :func:`run_vbp` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
+
+    ratio: float
+    criterion: str
+    compensate: bool
+    #: MLP hidden neurons removed, in all.
+    removed: int
+    #: MLP hidden width per block (block index as a string), after pruning and before.
+    widths: dict[str, int]
+    widths_dense: dict[str, int]
+    #: Validation top-1: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and
+    #: ``finetune_best``.
+    top1: dict[str, float | None]
+    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`).
+    retention: dict[str, float | None]
+    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
+    dense: dict[str, int]
+    pruned: dict[str, int]
+    mac_conventions: dict[str, str]
+    #: The pruned model timed against the dense one (``None``: not measured).
+    speed: dict[str, Any] | None
+    #: Wall time per stage.
+    seconds: dict[str, float]
+    config: dict[str, Any]
+    model_dir: str
+
+
 def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
             config: VBPConfig | None = None, calibration_set: Dataset | None = None,
             device: torch.device | str | None = None, progress: bool = False,
             log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-            speed: SpeedConfig = SpeedConfig()) -> dict[str, Any]:
+            speed: SpeedConfig = SpeedConfig()) -> VBPReport:
     """Prune a copy of ``model`` the VBP way (or by a baseline criterion), optionally fine-tune it; returns the report.
 
     Statistics and scores come from ``calibration_set`` (default ``train_set``; the CLI passes the
@@ -138,14 +168,11 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
     timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
-    report = {
-        **summary, "widths": widths["pruned"], "widths_dense": widths["dense"], "top1": top1,
-        "retention": retention(top1),
-        "dense": count_macs(model).totals(), "pruned": count_macs(pruned).totals(), "mac_conventions": CONVENTIONS,
-        "speed": timing, "seconds": stages.seconds, "config": config.to_dict(),
-        "model_dir": str(run_dir / MODEL_DIR),
-    }
-    write_json(run_dir / REPORT_FILE, report)
+    report = VBPReport(
+        **summary, widths=widths["pruned"], widths_dense=widths["dense"], top1=top1, retention=retention(top1),
+        dense=count_macs(model).totals(), pruned=count_macs(pruned).totals(), mac_conventions=CONVENTIONS,
+        speed=timing, seconds=stages.seconds, config=config.to_dict(), model_dir=str(run_dir / MODEL_DIR))
+    write_json(run_dir / REPORT_FILE, report.to_dict())
     return report
 
 

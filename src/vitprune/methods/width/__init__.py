@@ -2,5 +2,7 @@
 
 from vitprune.methods.width.isomorphic import (IMPORTANCES, WidthPlan, apply_width, plan_width, prune_width,
                                               prune_width_to_macs)
+from vitprune.methods.width.pipeline import WidthReport, run_width
 
-__all__ = ["IMPORTANCES", "WidthPlan", "apply_width", "plan_width", "prune_width", "prune_width_to_macs"]
+__all__ = ["IMPORTANCES", "WidthPlan", "WidthReport", "apply_width", "plan_width", "prune_width",
+           "prune_width_to_macs", "run_width"]

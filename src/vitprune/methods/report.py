@@ -1,0 +1,34 @@
+"""What every method returns: a typed report whose fields are, in order, the keys of the ``report.json`` it writes
+(or, for depth and width pruning, of the summary they save beside the model and print)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
+
+from vitprune.errors import VitpruneError
+
+#: Where a pipeline writes its report in its run directory.
+REPORT_FILE = "report.json"
+
+R = TypeVar("R", bound="Report")
+
+
+@dataclass
+class Report:
+    """Base of the methods' reports: JSON form and back. Subclasses declare only their fields."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: each field under its name, in declaration order."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        """The report ``data`` holds (a :meth:`to_dict`, or a ``report.json`` read back); a key missing or unknown
+        to this method's report is a one-line error."""
+        names = [f.name for f in fields(cls)]
+        missing, unknown = [n for n in names if n not in data], sorted(set(data) - set(names))
+        if missing or unknown:
+            raise VitpruneError(f"not a {cls.__name__}: " + "; ".join(
+                f"{what} {', '.join(keys)}" for what, keys in (("missing", missing), ("unknown", unknown)) if keys))
+        return cls(**data)
