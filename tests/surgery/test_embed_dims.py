@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import build, tracked
+from conftest import tracked
 
 import vitprune
 from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs

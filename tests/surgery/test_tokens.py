@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import build, tracked
+from conftest import tracked
 from hypothesis import note
 from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, headed_blocks, images, property_test, small_vits

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import build, tracked
+from conftest import tracked
 
 import vitprune
 from vitprune.adapters.timm_blocks import DepthBlock, VariableHeadAttention, attention_with_cls_row

@@ -63,8 +63,9 @@ def test_prune_mlp_neurons_equals_masked_neurons(small_model_spec):
     x = _input(model)
     with torch.no_grad():
         torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
-    assert vitprune.get_adapter(model).block(5).mlp.hidden_features == len(keep)
-    assert vitprune.get_adapter(model).block(5).mlp.fc1.weight.shape == (len(keep), vitprune.get_adapter(model).embed_dim)
+    adapter = vitprune.get_adapter(model)
+    assert adapter.block(5).mlp.hidden_features == len(keep)
+    assert adapter.block(5).mlp.fc1.weight.shape == (len(keep), adapter.embed_dim)
 
 
 @pytest.mark.needs("value_width")
