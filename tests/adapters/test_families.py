@@ -188,3 +188,12 @@ def test_embed_blocks_pool_is_pre_logits(model_spec):
             tokens = view.module(tokens)
         torch.testing.assert_close(adapter.pool(tokens), adapter.pre_logits(x), rtol=0, atol=0)
     assert adapter.pools_class_token == EXPECTED[name][-1]
+
+
+@pytest.mark.parametrize("name, mean", [("deit_tiny_patch16_224", (0.485, 0.456, 0.406)),
+                                        ("vit_base_patch16_224", (0.5, 0.5, 0.5))])
+def test_timm_models_are_fed_as_their_weights_were_trained(name, mean):
+    """timm's pretrained config names each weight's normalisation: ImageNet's for DeiT, [-1, 1] for the augreg ViTs."""
+    config = get_adapter(timm.create_model(name, pretrained=False, depth=1)).data_config
+    assert config["mean"] == mean and config["interpolation"] == "bicubic" and config["crop_pct"] == 0.9
+

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
 import torch
+import transformers
 from conftest import HF_TINY, save_hf
+from PIL import Image
 from test_cli import assert_one_line_error, run
 
 import vitprune
+from vitprune.data import build_dataset, build_loader
 from vitprune.measure import count_macs
 from vitprune.models.factory import resolve_model
 from vitprune.surgery import prune_depth
+from vitprune.training import evaluate
 
 SMALL = {**HF_TINY, "num_hidden_layers": 2}
 
@@ -58,3 +64,35 @@ def test_other_transformers_models_are_refused(tmp_path, capsys):
     code, _, err = run(capsys, "prune", "depth", str(directory), "--attention", "0", "--out", str(tmp_path / "run"))
     assert_one_line_error(code, err, r"unsupported architecture: .* is a ViTForMaskedImageModeling \(vitprune supports "
                                      r"ViTForImageClassification, DeiTForImageClassification")
+
+
+@pytest.mark.parametrize("processor, expected", [
+    (transformers.ViTImageProcessor(), {"mean": (0.5,) * 3, "std": (0.5,) * 3, "interpolation": "bilinear",
+                                        "crop_pct": 1.0}),
+    (transformers.DeiTImageProcessor(image_mean=[0.4, 0.4, 0.4], image_std=[0.2, 0.2, 0.2]),
+     {"mean": (0.4,) * 3, "std": (0.2,) * 3, "interpolation": "bicubic", "crop_pct": 0.875}),
+])
+def test_images_are_prepared_as_the_image_processor_says(tmp_path, capsys, processor, expected):
+    """A directory's preprocessor_config.json sets the normalisation and crop every command uses (a weight trained on
+    [-1, 1] inputs evaluated with ImageNet's mean and std would lose accuracy for nothing), and the recipe keeps it."""
+    directory = _saved(tmp_path, num_labels=2)
+    processor.save_pretrained(directory)
+    model = resolve_model(str(directory))
+    config = vitprune.get_adapter(model).data_config
+    assert config == expected
+    vitprune.save(model, tmp_path / "saved")
+    assert vitprune.get_adapter(vitprune.load(tmp_path / "saved")).data_config == expected
+    rng = np.random.default_rng(0)
+    for label in ("a", "b"):
+        (tmp_path / "images" / "val" / label).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(rng.integers(0, 256, (40, 40, 3)).astype(np.uint8)).save(
+                tmp_path / "images" / "val" / label / f"{i}.png")
+    code, out, err = run(capsys, "eval", str(directory), "--data", str(tmp_path / "images"), "--json")
+    assert code == 0, err
+    for data_config, same in ((config, True), (None, False)):
+        dataset = build_dataset(str(tmp_path / "images"), "val", input_size=(3, 32, 32), is_training=False,
+                                data_config=data_config)
+        loss = evaluate(model, build_loader(dataset, 6, shuffle=False, seed=0))["loss"]
+        assert (loss == json.loads(out)["loss"]) == same
+

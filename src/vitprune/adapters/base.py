@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -239,6 +240,12 @@ class ViTAdapter(ABC):
     @abstractmethod
     def num_classes(self) -> int:
         """Classes the classifier heads predict."""
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        """How images are prepared for the model's weights, as a timm data config (``mean``, ``std``,
+        ``interpolation``, ``crop_pct``); ``None``: ImageNet's defaults."""
+        return None
 
     def set_distillation_split(self, on: bool) -> bool:
         """Make a model with a distillation head return (class, distillation) logits in training mode (``on``), or

@@ -14,10 +14,12 @@ where the extra is not installed; classes are recognised by name.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 from collections.abc import Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,12 +62,14 @@ class HFImageClassifier(nn.Module):
     their mean (transformers' own ``logits``).
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, preprocessing: dict[str, Any] | None = None) -> None:
         super().__init__()
         if type(model).__name__ not in CLASSIFIERS:
             raise UnsupportedArchitectureError(f"unsupported architecture: {type(model).__name__} is not one of the "
                                                f"transformers classifiers vitprune supports ({', '.join(CLASSIFIERS)})")
         self.hf = model
+        #: The image processor's settings the weights came with (its ``preprocessor_config.json``), if any.
+        self.preprocessing = preprocessing
         self.distillation_split = False
 
     def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -294,6 +298,10 @@ class HFViTAdapter(ViTAdapter):
     def num_classes(self) -> int:
         return self.model.hf.config.num_labels
 
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        return data_config(self.model.preprocessing)
+
     def set_distillation_split(self, on: bool) -> bool:
         if not self._teacher:
             return False
@@ -485,14 +493,33 @@ class HFViTAdapter(ViTAdapter):
             layer.inter.copy_(prior.to(layer.inter))
 
 
-def from_config(architecture: str, config: dict[str, Any]) -> HFImageClassifier:
-    """A randomly initialised transformers classifier ``architecture`` (a class name) from a config dict, wrapped."""
+#: PIL's resampling filters by number, as transformers' image processors record them.
+_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+
+
+def data_config(preprocessing: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An image processor's settings as a timm data config: its mean and std, its filter, and its crop (none where
+    it resizes straight to the input size, as ViT's processor does)."""
+    if not preprocessing or "image_mean" not in preprocessing:
+        return None
+    config = {"mean": tuple(preprocessing["image_mean"]), "std": tuple(preprocessing["image_std"]),
+              "interpolation": _RESAMPLE.get(preprocessing.get("resample"), "bilinear"), "crop_pct": 1.0}
+    size, crop = preprocessing.get("size") or {}, preprocessing.get("crop_size") or {}
+    if preprocessing.get("do_center_crop") and "height" in size and "height" in crop:
+        config["crop_pct"] = crop["height"] / size["height"]
+    return config
+
+
+def from_config(architecture: str, config: dict[str, Any],
+                preprocessing: dict[str, Any] | None = None) -> HFImageClassifier:
+    """A randomly initialised transformers classifier ``architecture`` (a class name) from a config dict, wrapped
+    (``preprocessing``: its image processor's settings, see :class:`HFImageClassifier`)."""
     transformers = _transformers()
     if architecture not in CLASSIFIERS:
         raise UnsupportedArchitectureError(f"unsupported architecture: {architecture} (vitprune supports "
                                            f"{', '.join(CLASSIFIERS)})")
     cls = getattr(transformers, architecture)
-    return HFImageClassifier(cls(cls.config_class.from_dict(config)))
+    return HFImageClassifier(cls(cls.config_class.from_dict(config)), preprocessing)
 
 
 def load_config(source: str, *, local_files_only: bool) -> tuple[str, dict[str, Any]]:
@@ -529,7 +556,19 @@ def from_pretrained(source: str, *, local_files_only: bool) -> HFImageClassifier
     with torch.no_grad():
         for tensor in (*model.parameters(), *model.buffers()):
             tensor.data = tensor.data.clone()
-    return HFImageClassifier(model.eval())
+    return HFImageClassifier(model.eval(), _preprocessing(source, local_files_only))
+
+
+def _preprocessing(source: str, local_files_only: bool) -> dict[str, Any] | None:
+    """The ``preprocessor_config.json`` beside the weights, if there is one."""
+    try:
+        with _quiet_hub():
+            path = _transformers().utils.cached_file(source, "preprocessor_config.json",
+                                                     local_files_only=local_files_only,
+                                                     _raise_exceptions_for_missing_entries=False)
+    except Exception:  # as in load_config; the weights loaded, so a missing processor file is no error
+        return None
+    return json.loads(Path(path).read_text()) if path else None
 
 
 def save_pretrained(model: HFImageClassifier, directory: str | os.PathLike) -> None:
@@ -562,8 +601,9 @@ def save_pretrained(model: HFImageClassifier, directory: str | os.PathLike) -> N
 
 
 def config_dict(model: HFImageClassifier) -> tuple[str, dict[str, Any]]:
-    """The wrapped classifier's class name and its config as a JSON-ready dict (what :func:`from_config` takes)."""
-    return type(model.hf).__name__, model.hf.config.to_dict()
+    """The wrapped classifier's class name and the keyword arguments :func:`from_config` rebuilds it from (its config
+    as a JSON-ready dict, and its preprocessing)."""
+    return type(model.hf).__name__, {"config": model.hf.config.to_dict(), "preprocessing": model.preprocessing}
 
 
 @contextmanager

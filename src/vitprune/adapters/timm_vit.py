@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+from timm.data import resolve_model_data_config
 from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
@@ -131,6 +133,11 @@ class TimmViTAdapter(ViTAdapter):
     @property
     def num_classes(self) -> int:
         return self.model.num_classes
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        config = resolve_model_data_config(self.model)
+        return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
 
     def set_distillation_split(self, on: bool) -> bool:
         if not hasattr(self.model, "set_distilled_training"):  # timm's distilled DeiT has it

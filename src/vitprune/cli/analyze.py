@@ -56,8 +56,9 @@ def gradient_disparity_cmd(
     from vitprune.models import resolve_model
 
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
-    dataset = build_dataset(data, "train", input_size=get_adapter(net).input_size, root=data_root, download=download,
-                            is_training=False)
+    adapter = get_adapter(net)
+    dataset = build_dataset(data, "train", input_size=adapter.input_size, root=data_root, download=download,
+                            is_training=False, data_config=adapter.data_config)
     loader = build_loader(dataset, batch_size, shuffle=True, seed=0)
     result = gradient_disparity(net, loader, identity=identity.value, max_batches=batches, progress=not json_out)
     document = {"model": model, "data": data, "split": "train", "batch_size": batch_size, "max_batches": batches,
@@ -113,9 +114,9 @@ def recovery_cmd(
     config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
     dev = resolve_device(device)
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(dev)
-    input_size = get_adapter(net).input_size
-    train_set, val_set = (build_dataset(data, split, input_size=input_size, root=data_root, download=download)
-                          for split in ("train", "val"))
+    adapter = get_adapter(net)
+    train_set, val_set = (build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
+                                        data_config=adapter.data_config) for split in ("train", "val"))
     result = recovery_asymmetry(net, train_set, val_set, config=config, layers=chosen, identity=identity.value,
                                 device=dev, progress=not json_out)
     document = {"model": model, "data": data, **result}

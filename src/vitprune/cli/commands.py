@@ -97,8 +97,9 @@ def evaluate_cmd(
     from vitprune.training import evaluate
 
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
-    input_size = get_adapter(net).input_size
-    dataset = build_dataset(data, split, input_size=input_size, root=data_root, download=download, is_training=False)
+    adapter = get_adapter(net)
+    dataset = build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
+                            is_training=False, data_config=adapter.data_config)
     metrics = evaluate(net, build_loader(dataset, batch_size, shuffle=False, seed=0), progress=not json_out)
     if json_out:
         print_json({"model": model, "data": data, "split": split, **metrics})

@@ -68,9 +68,9 @@ def finetune(
 
     ctx = init_distributed(None if device == AUTO else device)
     student = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    input_size = get_adapter(student).input_size
-    train_set = build_dataset(data, "train", input_size=input_size, root=data_root, download=download)
-    val_set = build_dataset(data, "val", input_size=input_size, root=data_root, download=download)
+    adapter = get_adapter(student)
+    train_set, val_set = (build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
+                                        data_config=adapter.data_config) for split in ("train", "val"))
     teacher_model = None
     if distill is not Distill.none:
         teacher_model = resolve_model(teacher) if teacher is not None else original_model(student)

@@ -417,11 +417,12 @@ def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optiona
     from vitprune.models import resolve_model
 
     dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    input_size = get_adapter(dense).input_size
+    adapter = get_adapter(dense)
     splits = [("train", "train", True), ("val", "val", False)] + ([("calibration", "train", False)] if calibration
                                                                    else [])
-    sets = {name: build_dataset(data, split, input_size=input_size, root=data_root, download=download,
-                                is_training=training) for name, split, training in splits}
+    sets = {name: build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
+                                is_training=training, data_config=adapter.data_config)
+            for name, split, training in splits}
     return dense, sets
 
 

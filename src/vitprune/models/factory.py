@@ -37,7 +37,7 @@ def _build_own(base: BaseModel) -> nn.Module:
 
 
 def _build_hf(base: BaseModel) -> nn.Module:
-    return hf_vit.from_config(base.name, base.kwargs["config"])
+    return hf_vit.from_config(base.name, **base.kwargs)
 
 
 register_base("timm", _build_timm)
@@ -151,10 +151,9 @@ def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | 
         model = hf_vit.from_pretrained(source, local_files_only=local)
     else:
         model = hf_vit.from_config(*hf_vit.load_config(source, local_files_only=local))
-    architecture, config = hf_vit.config_dict(model)
+    architecture, kwargs = hf_vit.config_dict(model)
     weights = (_HF_DIR if local else HF_PREFIX) + source if pretrained else "random"
-    set_recipe(model, Recipe(base=BaseModel(source="hf", name=architecture, kwargs={"config": config},
-                                            weights=weights)))
+    set_recipe(model, Recipe(base=BaseModel(source="hf", name=architecture, kwargs=kwargs, weights=weights)))
     return model.eval()
 
 
