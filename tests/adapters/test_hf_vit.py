@@ -83,7 +83,8 @@ def test_what_a_transformers_config_cannot_describe_is_refused(tmp_path):
     prune_depth(shallow, activation=[1])
     for model, why in [(uneven, r"layers of different widths \(\(heads, head dim, FFN\) \(2, 16, 256\), "
                                 r"\(4, 16, 256\)\)"),
-                       (shallow, r"layers without attention or activation \(depth pruning\)")]:
+                       (shallow, r"layers without attention or activation, or that prune tokens \(depth or token "
+                                 r"pruning\)")]:
         with pytest.raises(VitpruneError, match=f"^transformers cannot describe {why} in a config: save the model "
                                                 r"with vitprune \(recipe and weights\) or export it to ONNX$"):
             hf_vit.save_pretrained(model, tmp_path / "plain")

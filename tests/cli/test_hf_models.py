@@ -42,6 +42,9 @@ def test_a_save_pretrained_directory_is_a_model_argument(tmp_path, capsys):
     with torch.no_grad():
         assert torch.equal(pruned(x), expected(x))
     assert json.loads(out)["after"]["params"] == count_macs(expected).params
+    code, out, _ = run(capsys, "info", str(tmp_path / "run"))
+    base = next(line for line in out.splitlines() if line.startswith("base: "))
+    assert code == 0 and base.startswith("base: hf:ViTForImageClassification config={") and len(base) < 200
 
 
 def test_a_hub_id_without_network_is_one_line(tmp_path, capsys):
@@ -95,4 +98,48 @@ def test_images_are_prepared_as_the_image_processor_says(tmp_path, capsys, proce
                                 data_config=data_config)
         loss = evaluate(model, build_loader(dataset, 6, shuffle=False, seed=0))["loss"]
         assert (loss == json.loads(out)["loss"]) == same
+
+
+def test_export_native_writes_what_from_pretrained_loads(tmp_path, capsys):
+    directory = _saved(tmp_path)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(directory)
+    model = resolve_model(str(directory))
+    for block in range(2):
+        vitprune.surgery.prune_heads(model, block, [1, 2])
+        vitprune.surgery.prune_mlp_neurons(model, block, list(range(0, 256, 2)))
+    vitprune.save(model, tmp_path / "pruned")
+    code, out, err = run(capsys, "export", str(tmp_path / "pruned"), "--native", str(tmp_path / "plain"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["max_abs_diff"] <= 1e-4
+    loaded = transformers.ViTForImageClassification.from_pretrained(tmp_path / "plain").eval()
+    assert (loaded.config.num_attention_heads, loaded.config.intermediate_size) == (2, 128)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(pixel_values=x).logits, model(x), rtol=1e-5, atol=1e-5)
+    # The image processor goes along, and a second export needs --overwrite.
+    assert transformers.ViTImageProcessor.from_pretrained(tmp_path / "plain").size == {"height": 32, "width": 32}
+    code, _, err = run(capsys, "export", str(tmp_path / "pruned"), "--native", str(tmp_path / "plain"))
+    assert_one_line_error(code, err, r"already exists")
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["--native", "{tmp}/plain"], r"vitprune writes timm-vit models only as its own save \(recipe and weights\) or "
+                                  r"as ONNX"),
+    ([], r"give one target: --onnx FILE or --native DIR"),
+    (["--native", "{tmp}/plain", "--onnx", "{tmp}/m.onnx"], r"give one target"),
+])
+def test_export_native_mistakes_are_one_line(tmp_path, capsys, argv, pattern):
+    code, _, err = run(capsys, "export", "deit_tiny_patch16_224", "--no-pretrained",
+                       *[a.format(tmp=tmp_path) for a in argv])
+    assert_one_line_error(code, err, pattern)
+    assert not (tmp_path / "plain").exists()
+
+
+def test_export_native_refuses_depth_pruning(tmp_path, capsys):
+    model = resolve_model(str(_saved(tmp_path)))
+    prune_depth(model, attention=[0])
+    vitprune.save(model, tmp_path / "pruned")
+    code, _, err = run(capsys, "export", str(tmp_path / "pruned"), "--native", str(tmp_path / "plain"))
+    assert_one_line_error(code, err, r"transformers cannot describe layers without attention or activation, or that "
+                                     r"prune tokens \(depth or token pruning\) in a config")
 

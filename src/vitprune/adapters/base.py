@@ -9,6 +9,7 @@ Views are snapshots: after an edit, call :meth:`ViTAdapter.blocks` again.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitprune.errors import UnsupportedArchitectureError
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.layers import Gate
 from vitprune.linear import slice_linear
 
@@ -358,6 +359,13 @@ class ViTAdapter(ABC):
     @abstractmethod
     def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
         """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
+
+    def save_native(self, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
+        """Write the model in its own library's format, which loads without vitprune, kept only if the reloaded
+        model's logits are within ``atol`` of the model's; returns the largest difference. A family without such a
+        format, or a model its format cannot describe, is refused in one line."""
+        raise VitpruneError(f"vitprune writes {self.family} models only as its own save (recipe and weights) or as "
+                            "ONNX")
 
     def require(self, *needed: str, by: str) -> None:
         """Refuse, in one line naming the family and what it lacks, a method ``by`` that needs ``needed``."""

@@ -466,6 +466,9 @@ class HFViTAdapter(ViTAdapter):
                 mlp.module.fc2 = slice_linear(mlp.fc2, out_idx=keep)
         self.model.hf.config.hidden_size = len(keep)
 
+    def save_native(self, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
+        return save_pretrained(self.model, directory, atol=atol)
+
     def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         layer = self._layers[index]
         if isinstance(layer, HFTokenPruneBlock):
@@ -571,33 +574,44 @@ def _preprocessing(source: str, local_files_only: bool) -> dict[str, Any] | None
     return json.loads(Path(path).read_text()) if path else None
 
 
-def save_pretrained(model: HFImageClassifier, directory: str | os.PathLike) -> None:
-    """Write a pruned classifier as a plain transformers directory (``from_pretrained`` loads it, without vitprune).
+def save_pretrained(model: HFImageClassifier, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
+    """Write a pruned classifier as a plain transformers directory (``from_pretrained`` loads it, without vitprune);
+    returns the largest difference between the reloaded model's logits and ``model``'s on random images.
 
     transformers' config describes one shape for every layer: width, heads, head dim and FFN width. A model whose
     layers all still have attention and activation and share those widths (uniform width pruning) fits; one with
     removed sublayers, merged MLPs or per-layer widths does not, and is refused in one line that says why. The
-    directory is written under a temporary name and renamed when complete.
+    directory (with the image processor's settings, if the model has them) is written under a temporary name,
+    reloaded and compared, and renamed only if the logits agree within ``atol``.
     """
     adapter = HFViTAdapter(model)
     views = adapter.blocks()
     why = []
-    if any(v.attn is None or not v.mlp.has_activation or isinstance(v.module, HFBlock) for v in views):
-        why.append("layers without attention or activation (depth pruning)")
+    if any(v.attn is None or not v.mlp.has_activation or type(v.module).__name__ not in _LAYERS for v in views):
+        why.append("layers without attention or activation, or that prune tokens (depth or token pruning)")
     shapes = sorted({(v.attn.num_heads, v.attn.head_dim, v.mlp.hidden_features) for v in views if v.attn is not None
                      and not v.mlp.merged})
-    if len(shapes) > 1:
+    if len(shapes) > 1 or any(v.attn is not None and v.attn.value_dims is not None for v in views):
         why.append(f"layers of different widths ((heads, head dim, FFN) {', '.join(map(str, shapes))})")
     if why:
         raise VitpruneError(f"transformers cannot describe {' or '.join(why)} in a config: save the model with "
                             "vitprune (recipe and weights) or export it to ONNX")
     heads, head_dim, hidden = shapes[0]
-    hf = copy.deepcopy(model.hf)
+    hf = copy.deepcopy(model.hf).cpu().eval()
     config = hf.config
     config.hidden_size, config.num_attention_heads, config.intermediate_size = adapter.embed_dim, heads, hidden
     config.head_dim = head_dim  # transformers' ViT and DeiT attention read it where hidden_size / heads no longer is
+    images = torch.randn(2, *adapter.input_size, generator=torch.Generator().manual_seed(0))
     with atomic_directory(directory) as tmp:
         hf.save_pretrained(tmp)
+        if model.preprocessing:
+            (tmp / "preprocessor_config.json").write_text(json.dumps(model.preprocessing, indent=2))
+        reloaded = getattr(_transformers(), type(hf).__name__).from_pretrained(tmp).eval()
+        with torch.no_grad():
+            diff = (reloaded(pixel_values=images).logits - hf(pixel_values=images).logits).abs().max().item()
+        if not diff <= atol:
+            raise VitpruneError(f"the written directory's logits differ from the model's by {diff:.2e} (> {atol:.0e})")
+    return diff
 
 
 def config_dict(model: HFImageClassifier) -> tuple[str, dict[str, Any]]:

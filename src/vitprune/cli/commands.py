@@ -116,7 +116,8 @@ def info(directory: Path = typer.Argument(..., help="A directory written by vitp
         return
     base = doc["base"]
     console.print(f"[bold]{directory}[/]  recipe {doc['format']} v{doc['version']}")
-    console.print(f"base: {base['source']}:{base['name']} {base['kwargs'] or ''}  weights: {base['weights']}")
+    # A transformers base carries its whole config (with one label per class): cut, as the edits' arguments are.
+    console.print(f"base: {base['source']}:{base['name']} {_short(base['kwargs'], 120)}  weights: {base['weights']}")
     table = Table("#", "edit", "arguments", title=f"{len(doc['edits'])} edits")
     for i, edit in enumerate(doc["edits"]):
         table.add_row(str(i), edit["op"], _short(edit["args"]))

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.errors import VitpruneError
 from vitprune.cli.options import (
     CHECKPOINT_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT, REPEATS_OPT, SPEED_BATCH_OPT, SPEED_OPT,
     check_target,
@@ -17,7 +18,12 @@ from vitprune.cli.options import (
 @app.command()
 def export(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    onnx: Path = typer.Option(..., "--onnx", help="ONNX file to write (atomically, only if it checks out)."),
+    onnx: Optional[Path] = typer.Option(None, "--onnx", help="ONNX file to write (atomically, only if it checks "
+                                                             "out)."),
+    native: Optional[Path] = typer.Option(
+        None, "--native", help="Instead of ONNX: a directory in the model's own library's format, loadable without "
+                               "vitprune (Hugging Face: save_pretrained; uniform width pruning only), kept only if "
+                               "the reloaded model checks out."),
     dynamic_batch: bool = typer.Option(True, "--dynamic-batch/--static-batch", help="Batch size free or fixed."),
     check_batch: int = typer.Option(2, "--check-batch", min=1, help="Random images the check runs on (and the "
                                                                     "batch of a static export)."),
@@ -32,15 +38,26 @@ def export(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Export MODEL to ONNX (any statically shaped pruned model), check it with onnxruntime, and time onnxruntime
-    against PyTorch (both on the CPU; a static export at its own batch)."""
+    against PyTorch (both on the CPU; a static export at its own batch); or, with --native, write it in its own
+    library's format where that format can describe it."""
     from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_comparison
     from vitprune.export import OnnxRuntimeModel, export_onnx
     from vitprune.measure import SpeedConfig, compare_speed
     from vitprune.models import resolve_model
 
-    check_target(onnx, overwrite, "--onnx")
+    if (onnx is None) == (native is None):
+        raise VitpruneError("give one target: --onnx FILE or --native DIR")
+    check_target(onnx or native, overwrite, "--onnx" if native is None else "--native")
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
+    if native is not None:
+        diff = get_adapter(net).save_native(native, atol=atol)
+        if json_out:
+            print_json({"model": model, "native": str(native), "max_abs_diff": diff})
+        else:
+            console.print(f"wrote {native}: {model}, which reloads without vitprune and matches it to {diff:.1e} (max "
+                          "abs diff of the logits on 2 random images)")
+        return
     result = export_onnx(net, onnx, dynamic_batch=dynamic_batch, check_batch=check_batch, atol=atol)
     summary = {"model": model, **result.to_dict(), "speed_vs_pytorch": None}
     if speed:
