@@ -30,12 +30,12 @@ def _chain(setting, steps, run_dir):
     model, train, val = setting
     report = run_chain(model, train, val, parse_chain(steps), run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3),
                        onnx=True)
-    macs = [step["macs_full"] for step in report["steps"]]
+    macs = [step["macs_full"] for step in report.steps]
     assert all(b <= a for a, b in zip(macs, macs[1:])) and macs[-1] < macs[0], macs
     final = vitprune.load(run_dir / MODEL_DIR)
-    assert count_macs(final).macs == macs[-1] == report["pruned"]["macs_full"]
+    assert count_macs(final).macs == macs[-1] == report.pruned["macs_full"]
     # The MACs equal FlopCounterMode's, a save loads bit-exact and the ONNX export agrees within 1e-4.
-    consistency = report["consistency"]
+    consistency = report.consistency
     assert consistency["ok"] and consistency["onnx_max_diff"] is not None, consistency
     return report, final
 
@@ -63,7 +63,7 @@ def test_hetdpt_then_finetune_and_hiap(setting, tmp_path):
          "batch_size": 32},
         {"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32},
     ], tmp_path / "hetdpt")
-    hetdpt = report["steps"][1]["summary"]
+    hetdpt = report.steps[1]["summary"]
     assert len(hetdpt["attention"]) == 2 and hetdpt["activation"] == []
     assert [e.op for e in vitprune.get_recipe(final).edits] == ["remove_attention"] * 2
     # HiAP gates every block's heads and neurons, so it runs on the dense model (not after depth pruning).

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from conftest import SMALL_MODELS
+from conftest import HF_PREFIX, SMALL_MODELS, tracked
 from hypothesis import note
 from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
@@ -28,7 +28,8 @@ from vitprune.surgery import prune_heads, prune_mlp_neurons
 def _pruned(name: str, **kwargs) -> torch.nn.Module:
     """A model with uneven heads and widths, so the rebuilt architecture must follow the recipe."""
     torch.manual_seed(0)
-    model = vitprune.create_model(name, **kwargs)
+    # transformers models arrive as a save_pretrained directory (conftest.tracked); timm's by name.
+    model = tracked(name, kwargs) if name.startswith(HF_PREFIX) else vitprune.create_model(name, **kwargs)
     heads = vitprune.get_adapter(model).block(0).attn.num_heads
     prune_heads(model, 1, list(range(heads - 1)))
     hidden = vitprune.get_adapter(model).block(0).mlp.hidden_features
