@@ -195,7 +195,7 @@ def test_prune_star_runs_and_reports(capsys, tmp_path, monkeypatch):
     (["--rho", "0"], r"rho must be in \(0, 1\]"),
     (["--macs", "0.00001", "--acs-images", "4", "--alpha", "1"], "no keep-rate schedule reaches"),
     (["--rates", "1,0.5"], "2 keep rates for a model of 12 blocks"),
-    (["--rates", "1,x"], "--rates takes comma-separated keep rates"),
+    (["--rates", "1,x"], "--rates takes comma-separated values"),
 ], ids=["no-target", "two-targets", "rho-zero", "macs-unreachable", "rates-length", "rates-form"])
 def test_prune_star_user_errors(capsys, tmp_path, args, pattern):
     code, _, err = run(capsys, "prune", "star", "digits-vit", "--no-pretrained", "--data", "digits", "--out",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -16,11 +17,16 @@ from vitprune.cli.options import (
     PRETRAINED_OPT, REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, AttentionIdentity, Convention, Distill,
     check_target, speed_config,
 )
+from vitprune.cli.config_options import config_options
 from vitprune.cli.render import ratio, render_comparison
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, format_count
 from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
+from vitprune.methods.hiap import HiAPConfig
 from vitprune.methods.report import Report
+from vitprune.methods.star.pipeline import STARConfig
+from vitprune.methods.vbp.pipeline import VBPConfig
+from vitprune.training import TrainConfig
 
 if TYPE_CHECKING:
     from vitprune.methods.depth import DepthReport
@@ -214,36 +220,25 @@ def hetdpt(
     _show(model, report, render_hetdpt, json_out)
 
 
-class Criterion(str, Enum):
-    variance = "variance"
-    pre_variance = "pre-variance"
-    magnitude = "magnitude"
-    snip = "snip"
-    random = "random"
+#: VBP's fine-tuning as the paper runs it: the defaults of --lr and --batch-size.
+_VBP_FINETUNE = VBPConfig().finetune
 
 
 @prune_app.command()
+@config_options(VBPConfig)
 def vbp(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
-    ratio: float = typer.Option(..., "--ratio", "-p", help="Share of all MLP hidden neurons to remove, e.g. 0.5."),
+    config: VBPConfig = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning, model/, report."),
-    criterion: Criterion = typer.Option(Criterion.variance, help="Neuron score: variance is VBP; the rest are the "
-                                                                  "paper's baselines."),
-    compensate: bool = typer.Option(True, "--compensate/--no-compensate",
-                                    help="Fold the removed neurons' means into the next bias (mean-shift)."),
-    min_width: int = typer.Option(0, "--min-width", min=0, help="Neurons every MLP keeps (paper: 0)."),
-    calibration_images: Optional[int] = typer.Option(
-        None, "--calibration-images", min=2, help="Training images for the statistics (default: all, as the paper)."),
     finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0, help="Fine-tuning epochs after pruning "
                                                                             "(paper: 10; 0: none)."),
     distill: bool = typer.Option(False, "--distill/--no-distill", help="Fine-tune with soft distillation from the "
                                                                        "unpruned model (the paper does)."),
-    lr: float = typer.Option(1.5e-5, "--lr", help="Fine-tuning learning rate (paper: 1.5e-5, cosine, AdamW)."),
-    batch_size: int = typer.Option(32, "--batch-size", "-b", min=1, help="Fine-tuning batch (paper: 32)."),
-    alpha: float = typer.Option(1.0, help="Weight of the distillation term (1: distillation only)."),
-    tau: float = typer.Option(1.0, help="Distillation temperature."),
-    seed: int = typer.Option(0, help="Seed of the calibration subset, the random criterion and fine-tuning."),
+    lr: float = typer.Option(_VBP_FINETUNE.lr, "--lr", help="Fine-tuning learning rate (paper: 1.5e-5, cosine, "
+                                                            "AdamW)."),
+    batch_size: int = typer.Option(_VBP_FINETUNE.batch_size, "--batch-size", "-b", min=1,
+                                   help="Fine-tuning batch (paper: 32)."),
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -257,47 +252,36 @@ def vbp(
 ) -> None:
     """VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; fine-tune if asked."""
     from vitprune.cli.render import render_vbp
-    from vitprune.methods.vbp.pipeline import VBPConfig, run_vbp
-    from vitprune.training import TrainConfig
+    from vitprune.methods.vbp.pipeline import run_vbp
 
-    finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, batch_size=batch_size, weight_decay=0.01, seed=seed)
+    # The command line fine-tunes, and distils, only when asked (the API's defaults are the paper's run).
+    finetune = (replace(_VBP_FINETUNE, epochs=finetune_epochs, lr=lr, batch_size=batch_size, seed=config.seed)
                 if finetune_epochs else None)
-    config = VBPConfig(ratio=ratio, criterion=criterion.value, compensate=compensate, min_width=min_width,
-                       calibration_images=calibration_images, seed=seed, finetune=finetune,
-                       distill="soft" if distill else "none", alpha=alpha, tau=tau)
+    config = replace(config, finetune=finetune, distill="soft" if distill else "none")
     config.validate()
     _run_calibrated(run_vbp, render_vbp, config, model=model, data=data, out=out, pretrained=pretrained,
                     checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
                     speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
 
 
-class Anchor(str, Enum):
-    paper = "paper"
-    minmax = "minmax"
+#: STAR's fine-tuning as the paper runs it: the default of --lr.
+_STAR_FINETUNE = STARConfig().finetune
 
 
 @prune_app.command()
+@config_options(STARConfig)
 def star(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out",
                              help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
-    rho: Optional[float] = typer.Option(None, "--rho", help="Keep rate of the last block (sets every block's rate)."),
-    macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention); finds rho."),
-    rates: Optional[str] = typer.Option(None, "--rates", help="Hand-set keep rate per block, e.g. 1,1,1,0.7,...,0.5."),
-    adaptive: bool = typer.Option(False, "--adaptive", help="a-STAR: per-image token counts (never more than STAR)."),
-    alpha: float = typer.Option(0.15,
-                                help="Weight of the online [CLS] attention vs the LRP prior (1: attention only)."),
-    anchor: Anchor = typer.Option(Anchor.paper, help="ACS anchors: paper (first/last block) or minmax."),
-    acs_images: int = typer.Option(500, "--acs-images", min=1, help="Training images for the ACS (paper: 500)."),
-    lrp_images: int = typer.Option(1280, "--lrp-images", min=1, help="Training images for the LRP prior."),
-    classes: int = typer.Option(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6)."),
+    config: STARConfig = ...,
     finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0,
                                         help="Fine-tuning epochs (paper: 120; 0: none)."),
-    distill: Distill = typer.Option(Distill.hard, help="Distillation from the unpruned model while fine-tuning."),
-    lr: float = typer.Option(2e-5, "--lr", help="Fine-tuning learning rate (paper: cosine 2e-5 -> 2e-9)."),
+    lr: float = typer.Option(_STAR_FINETUNE.lr, "--lr", help="Fine-tuning learning rate (paper: cosine 2e-5 -> "
+                                                             "2e-9)."),
+    # Smaller than the paper's 256, which needs several GPUs.
     batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Fine-tuning batch."),
-    seed: int = typer.Option(0, help="Seed of the calibration subsets and fine-tuning."),
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -311,46 +295,27 @@ def star(
 ) -> None:
     """STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates."""
     from vitprune.cli.render import render_star
-    from vitprune.methods.star.pipeline import STARConfig, run_star
-    from vitprune.training import TrainConfig
+    from vitprune.methods.star.pipeline import run_star
 
-    finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, min_lr=lr * 1e-4, batch_size=batch_size, seed=seed)
+    # The command line fine-tunes only when asked; the cosine ends at lr·1e-4, as the paper's 2e-5 -> 2e-9.
+    finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, min_lr=lr * 1e-4, batch_size=batch_size, seed=config.seed)
                 if finetune_epochs else None)
-    config = STARConfig(rho=rho, target_macs=None if macs is None else macs * 1e9, rates=_parse_rates(rates),
-                        alpha=alpha, adaptive=adaptive,
-                        anchor=anchor.value, acs_images=acs_images, lrp_images=lrp_images, classes=classes,
-                        seed=seed, finetune=finetune, distill=distill.value)
+    config = replace(config, finetune=finetune)
     config.validate()
     _run_calibrated(run_star, render_star, config, model=model, data=data, out=out, pretrained=pretrained,
                     checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
                     speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
 
 
-class CostModel(str, Enum):
-    paper = "paper"
-    exact = "exact"
-
-
 @prune_app.command()
+@config_options(HiAPConfig)
+@config_options(TrainConfig, param="train", fields=("epochs", "lr", "batch_size", "seed"), defaults=HIAP_TRAIN)
 def hiap(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out", help="Run directory: training run, gates, model/, plot, report."),
-    macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image (full convention): a "
-                                                              "controller steers the λ (an extension)."),
-    lambda_macro: float = typer.Option(0.9, "--lambda-macro", help="Weight of the expected head cost (paper: 0.9)."),
-    lambda_micro: float = typer.Option(0.45, "--lambda-micro",
-                                       help="Weight of the expected value-dim and neuron cost (paper: 0.45)."),
-    epochs: int = typer.Option(..., "--epochs", min=1, help="Epochs of the single training phase (paper: 200)."),
-    lr: float = typer.Option(HIAP_TRAIN["lr"], "--lr", help="Weight learning rate (paper: 5e-5, AdamW)."),
-    gate_lr: Optional[float] = typer.Option(None, "--gate-lr", help="Gate-logit learning rate (default: "
-                                                                    "10·|gate init| over the run's steps)."),
-    batch_size: int = typer.Option(HIAP_TRAIN["batch_size"], "--batch-size", "-b", min=1,
-                                   help="Global batch (paper: 256)."),
-    cost_model: CostModel = typer.Option(CostModel.paper, "--cost-model",
-                                         help="paper (Eq. 5's constants) or exact (what extraction realises)."),
-    soft: bool = typer.Option(False, "--soft", help="Soft Gumbel-sigmoid gates in the forward (default: hard-ST)."),
-    seed: int = typer.Option(0, help="Seed of training and of the gate samples."),
+    config: HiAPConfig = ...,
+    train: TrainConfig = ...,
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -365,13 +330,8 @@ def hiap(
     """HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the model."""
     from vitprune.cli.render import render_hiap, render_hiap_epoch
     from vitprune.device import resolve_device
-    from vitprune.methods.hiap import HiAPConfig, run_hiap
-    from vitprune.training import TrainConfig
+    from vitprune.methods.hiap import run_hiap
 
-    train = TrainConfig(**{**HIAP_TRAIN, "epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": seed})
-    config = HiAPConfig(lambda_macro=lambda_macro, lambda_micro=lambda_micro,
-                        target_macs=None if macs is None else macs * 1e9, cost_model=cost_model.value, hard=not soft,
-                        gate_lr=gate_lr)
     config.validate()
     train.validate()
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
@@ -382,15 +342,6 @@ def hiap(
                       log=(lambda _m: None) if json_out else err_console.print,
                       on_epoch=None if json_out else lambda stats: render_hiap_epoch(stats, config.target_macs))
     _show(model, report, render_hiap, json_out)
-
-
-def _parse_rates(text: str | None) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        return [float(part) for part in text.split(",")]
-    except ValueError:
-        raise VitpruneError(f"--rates takes comma-separated keep rates such as 1,1,0.7; got {text!r}") from None
 
 
 def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], None], config: Any, *, model: str,

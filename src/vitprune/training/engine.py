@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitprune.adapters import find_adapter
 from vitprune.atomic import atomic_directory
+from vitprune.config import setting
 from vitprune.errors import VitpruneError, check_settings
 from vitprune.recipe import WEIGHTS_FILE, get_recipe, read_document, save
 from vitprune.training.distributed import (
@@ -58,9 +59,9 @@ Criterion = Callable[[torch.Tensor, Any, torch.Tensor], torch.Tensor]
 class TrainConfig:
     """Everything that determines a run's result (saved in each checkpoint and checked on resume)."""
 
-    epochs: int
-    lr: float = 5e-4
-    batch_size: int = 64
+    epochs: int = setting(min=1, help="Training epochs.")
+    lr: float = setting(5e-4, help="Peak learning rate (after warm-up).")
+    batch_size: int = setting(64, short="-b", min=1, help="Global batch (split over processes).")
     optimizer: str = "adamw"
     momentum: float = 0.9
     weight_decay: float = 0.05
@@ -73,7 +74,7 @@ class TrainConfig:
     accum_steps: int = 1
     amp: bool = True
     ema_decay: float | None = None
-    seed: int = 0
+    seed: int = setting(0, help="Seed of initialisation, data order and augmentation.")
     checkpoint_every: int = 0
 
     def validate(self) -> None:

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from vitprune.config import setting
 from vitprune.errors import VitpruneError, check_settings
 from vitprune.measure import count_macs, format_count
 from vitprune.methods.hiap.cost import COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
@@ -48,19 +49,23 @@ class HiAPConfig:
 
     #: Penalty weights (paper's best DeiT-S ratio 2:1); with ``target_macs`` they set the macro:micro ratio
     #: and the controller's starting point.
-    lambda_macro: float = 0.9
-    lambda_micro: float = 0.45
+    lambda_macro: float = setting(0.9, help="Weight of the expected head cost (paper: 0.9).")
+    lambda_micro: float = setting(0.45, help="Weight of the expected value-dim and neuron cost (paper: 0.45).")
     #: Total MACs per image (full convention) to reach; ``None``: the paper's fixed-λ penalty.
-    target_macs: float | None = None
+    target_macs: float | None = setting(None, flag="--macs", scale=1e9,
+                                        help="Target GMACs per image (full convention): a controller steers the λ "
+                                             "(an extension).")
     #: Dual-ascent step of the λ scale per optimisation step, per unit of cost-share error.
     controller_rate: float = 0.05
-    cost_model: str = "paper"
-    #: Straight-through hard gates (the note's reading) or the soft relaxation in the forward pass.
-    hard: bool = True
+    cost_model: str = setting("paper", choices=COST_MODELS,
+                              help="paper (Eq. 5's constants) or exact (what extraction realises).")
+    hard: bool = setting(True, flag="--hard/--soft", help="Straight-through hard gates (the note's reading) or soft "
+                                                          "Gumbel-sigmoid ones in the forward pass.")
     gate_init: float = 3.0
-    #: Gate-logit learning rate; ``None``: ``10·max(1, |gate_init|)`` over the run's optimisation steps, so Adam
-    #: (moving a parameter about ``lr`` per step) can carry a logit across zero several times (note §2.2).
-    gate_lr: float | None = None
+    #: ``None``: ``10·max(1, |gate_init|)`` over the run's optimisation steps, so Adam (moving a parameter about
+    #: ``lr`` per step) can carry a logit across zero several times (note §2.2).
+    gate_lr: float | None = setting(None, help="Gate-logit learning rate (default: 10·|gate init| over the run's "
+                                               "steps).")
     tau_start: float = 2.0
     tau_end: float = 0.5
     #: Feasibility (paper Eq. 8 and its siblings): minimum expected heads per layer, value-dim share per

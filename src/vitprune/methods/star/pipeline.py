@@ -28,6 +28,7 @@ from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.config import setting
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
@@ -48,29 +49,32 @@ FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 class STARConfig:
     """Every setting of the pipeline; the defaults are the paper's for DeiT on ImageNet."""
 
-    #: Keep rate of the last block; ``None`` when ``target_macs`` sets it.
-    rho: float | None = 0.7
-    #: Full-convention MACs per image to reach by bisection on rho (instead of ``rho``).
-    target_macs: float | None = None
-    #: Hand-set keep rate per block (instead of ``rho`` or ``target_macs``; no ACS is computed).
-    rates: list[float] | None = None
-    #: Weight of the online [CLS] attention against the LRP prior (paper: 0.15 for DeiT, 0.3 for LV-ViT).
-    alpha: float = 0.15
-    #: a-STAR: per-image counts by weighted percentile instead of ``ceil(p·n)``.
-    adaptive: bool = False
-    anchor: str = "paper"
-    #: Calibration images for the ACS (paper: 500) and for the LRP prior (paper: T=10 rounds of 128-512).
-    acs_images: int = 500
-    lrp_images: int = 1280
-    #: Top predicted classes per image whose relevance the prior averages (paper: 6).
-    classes: int = 6
+    #: Exactly one of ``rho``, ``target_macs`` and ``rates`` is set (``rho`` is ``None`` when another one is).
+    rho: float | None = setting(0.7, alternative=True,
+                                help="Keep rate of the last block (sets every block's rate).")
+    #: Full-convention MACs per image, reached by bisection on rho.
+    target_macs: float | None = setting(None, flag="--macs", scale=1e9, alternative=True,
+                                        help="Target GMACs per image (full convention); finds rho.")
+    #: No ACS is computed for hand-set rates.
+    rates: list[float] | None = setting(None, alternative=True,
+                                        help="Hand-set keep rate per block, e.g. 1,1,1,0.7,...,0.5.")
+    #: Per-image counts by weighted percentile instead of ``ceil(p·n)``.
+    adaptive: bool = setting(False, flag="--adaptive",
+                             help="a-STAR: per-image token counts (never more than STAR).")
+    #: Paper: 0.15 for DeiT, 0.3 for LV-ViT.
+    alpha: float = setting(0.15, help="Weight of the online [CLS] attention vs the LRP prior (1: attention only).")
+    anchor: str = setting("paper", choices=ANCHORS, help="ACS anchors: paper (first/last block) or minmax.")
+    acs_images: int = setting(500, min=1, help="Training images for the ACS (paper: 500).")
+    #: Paper: T=10 rounds of 128-512.
+    lrp_images: int = setting(1280, min=1, help="Training images for the LRP prior.")
+    classes: int = setting(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6).")
     calibration_batch: int = 32
-    seed: int = 0
+    seed: int = setting(0, help="Seed of the calibration subsets and fine-tuning.")
     #: Fine-tuning after pruning (``None``: none). The paper: 120 epochs, cosine 2e-5 -> 2e-9, hard
     #: distillation from the unpruned model.
     finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(
         epochs=120, lr=2e-5, min_lr=2e-9, batch_size=256))
-    distill: str = "hard"
+    distill: str = setting("hard", choices=KINDS, help="Distillation from the unpruned model while fine-tuning.")
     distill_alpha: float = 0.5
     tau: float = 1.0
     #: Validation images the a-STAR MAC average is taken over (its cost depends on the image).

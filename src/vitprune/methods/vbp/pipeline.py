@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.config import setting
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
@@ -46,27 +47,27 @@ FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 class VBPConfig:
     """Every setting of the pipeline; the defaults are the paper's (ImageNet, DeiT)."""
 
-    #: Share of all MLP hidden neurons removed, ranked globally.
-    ratio: float = 0.5
-    #: How neurons are scored (:data:`~vitprune.methods.vbp.criteria.CRITERIA`); ``variance`` is VBP.
-    criterion: str = "variance"
-    #: Fold the removed neurons' post-activation means into fc2's bias (mean-shift compensation).
-    compensate: bool = True
+    ratio: float = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
+                           short="-p", required=True)
+    criterion: str = setting("variance", choices=CRITERIA,
+                             help="Neuron score: variance is VBP; the rest are the paper's baselines.")
+    compensate: bool = setting(True, help="Fold the removed neurons' means into the next bias (mean-shift).")
     rounding: str = "ceil"
-    #: Neurons every MLP keeps (0, the paper's setting, lets one lose all of them).
-    min_width: int = 0
-    #: Class-balanced training images the statistics (and SNIP) are computed on; ``None``: all of them.
-    calibration_images: int | None = None
+    #: 0, the paper's setting, lets an MLP lose all of its neurons.
+    min_width: int = setting(0, min=0, help="Neurons every MLP keeps (paper: 0).")
+    #: Drawn class-balanced; the statistics and SNIP are computed on them.
+    calibration_images: int | None = setting(None, min=2, help="Training images for the statistics (default: all, "
+                                                               "as the paper).")
     calibration_batch: int = 64
-    seed: int = 0
+    seed: int = setting(0, help="Seed of the calibration subset, the random criterion and fine-tuning.")
     #: Fine-tuning after pruning (``None``: none). The paper: 10 epochs, AdamW, lr 1.5e-5, cosine,
     #: batch 32, weight decay 0.01, distillation from the unpruned model.
     finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(
         epochs=10, lr=1.5e-5, batch_size=32, weight_decay=0.01))
     distill: str = "soft"
-    #: Weight of the distillation term; 1 is pure distillation (the note's reading of the paper's KD).
-    alpha: float = 1.0
-    tau: float = 1.0
+    #: 1 is pure distillation (the note's reading of the paper's KD).
+    alpha: float = setting(1.0, help="Weight of the distillation term (1: distillation only).")
+    tau: float = setting(1.0, help="Distillation temperature.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

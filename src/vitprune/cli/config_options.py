@@ -1,0 +1,154 @@
+"""A command's options generated from a config dataclass, so the CLI restates no default, choice list or help.
+
+:func:`config_options` reads the fields a config declares with :func:`~vitprune.config.setting`, gives the
+command one option per field (``--field-name`` unless the field names its flag; its type, default, help,
+range and choices from the field), and calls the command with the config built from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from typing import Any, Optional, TypeVar
+
+import typer
+
+from vitprune.config import CliFacts, cli_facts
+from vitprune.errors import VitpruneError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    """One generated option: the config field it sets, its facts and the field's type."""
+
+    name: str
+    facts: CliFacts
+    #: The field's type without ``None``.
+    kind: Any
+    optional: bool
+
+    @property
+    def flag(self) -> str:
+        return self.facts.flag or "--" + self.name.replace("_", "-")
+
+    def parameter(self, default: Any, kind: inspect._ParameterKind) -> inspect.Parameter:
+        """The typer parameter (of ``kind``) that reads this option, its default being the field's ``default``."""
+        is_list = typing.get_origin(self.kind) is list
+        flags = [self.flag]
+        if self.kind is bool and self.facts.flag is None:
+            flags = [f"{self.flag}/--no-{self.flag[2:]}"]
+        if self.facts.short:
+            flags.append(self.facts.short)
+        if self.facts.required:
+            default = ...
+        elif self.facts.alternative:
+            default = None
+        elif default is not None and is_list:
+            default = ",".join(map(str, default))
+        elif default is not None:
+            default = default / self.facts.scale if self.facts.scale != 1 else default
+        option = typer.Option(default, *flags, help=self.facts.help, min=self.facts.min, max=self.facts.max)
+        value_type = self.choice_type if self.facts.choices else str if is_list else self.kind
+        annotation = Optional[value_type] if self.optional or self.facts.alternative else value_type
+        return inspect.Parameter(self.name, kind, default=option, annotation=annotation)
+
+    @functools.cached_property
+    def choice_type(self) -> type[Enum]:
+        """The choices as the string Enum typer takes for a choice list (its members' values are the choices)."""
+        return Enum(self.name, [(choice, choice) for choice in self.facts.choices], type=str)
+
+    def value(self, given: Any) -> Any:
+        """The field's value for what the command line gave."""
+        if given is None:
+            return None
+        if isinstance(given, Enum):
+            return given.value
+        if typing.get_origin(self.kind) is list:
+            (item,) = typing.get_args(self.kind)
+            try:
+                return [item(part) for part in given.split(",")]
+            except ValueError:
+                raise VitpruneError(f"{self.flag} takes comma-separated values such as 1,1,0.7; got {given!r}") \
+                    from None
+        return given * self.facts.scale if self.facts.scale != 1 else given
+
+
+def _options(config_cls: type, names: Iterable[str] | None) -> list[_Option]:
+    """The options of ``config_cls``'s exposed fields (of those in ``names`` only, if given), in field order."""
+    hints = typing.get_type_hints(config_cls)
+    exposed = {field.name: facts for field in dataclasses.fields(config_cls) if (facts := cli_facts(field))}
+    if names is not None:
+        names = set(names)
+        if not names <= set(exposed):
+            raise TypeError(f"{config_cls.__name__} exposes no option {sorted(names - set(exposed))}")
+        exposed = {name: facts for name, facts in exposed.items() if name in names}
+    options = []
+    for name, facts in exposed.items():
+        kind, args = hints[name], typing.get_args(hints[name])
+        optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
+        if optional:
+            (kind,) = [arg for arg in args if arg is not type(None)]
+        options.append(_Option(name, facts, kind, optional))
+    return options
+
+
+def option_defaults(config_cls: type, defaults: Mapping[str, Any] = {}) -> dict[str, Any]:
+    """Each exposed field's default as the Python API has it (``defaults`` first); a required field has none."""
+    found = {}
+    for field in dataclasses.fields(config_cls):
+        if cli_facts(field) is None:
+            continue
+        if field.name in defaults:
+            found[field.name] = defaults[field.name]
+        elif field.default is not dataclasses.MISSING:
+            found[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            found[field.name] = field.default_factory()
+    return found
+
+
+def config_options(config_cls: type, *, param: str = "config", fields: Iterable[str] | None = None,
+                   defaults: Mapping[str, Any] = {}) -> Callable[[F], F]:
+    """Give a typer command an option per field ``config_cls`` exposes, in place of its parameter ``param``.
+
+    The command is called with ``param`` set to ``config_cls`` built from those options, over ``defaults`` (a
+    method's own defaults for a shared config, e.g. HiAP's training recipe). ``fields`` limits the options to
+    some of the exposed fields; the others keep ``defaults`` or the config's own.
+    """
+    options = _options(config_cls, fields)
+    field_defaults = option_defaults(config_cls, defaults)
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        clash = {option.name for option in options} & set(signature.parameters)
+        if param not in signature.parameters or clash:
+            raise TypeError(f"{command.__name__}: needs a parameter {param!r} and none named as {sorted(clash)}")
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter.name != param:
+                parameters.append(parameter)
+                continue
+            parameters.extend(option.parameter(field_defaults.get(option.name, ...), parameter.kind)
+                              for option in options)
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            given = {option.name: option.value(kwargs.pop(option.name)) for option in options}
+            return command(**kwargs, **{param: config_cls(**{**defaults, **given})})
+
+        run.__signature__ = signature.replace(parameters=parameters)  # what typer reads the options from
+        # typer resolves the annotations by name: the generated parameters' instead of ``param``'s.
+        run.__annotations__ = {p.name: p.annotation for p in parameters if p.annotation is not p.empty}
+        return typing.cast(F, run)
+
+    return decorate
+
+
+__all__ = ["config_options", "option_defaults"]

@@ -1,0 +1,56 @@
+"""Config fields that carry their command-line facts, so each default, choice list and help text lives once.
+
+A method's config dataclass declares a field the CLI exposes with :func:`setting` instead of a bare default;
+``vitprune.cli.config_options`` turns such fields into a command's options. Fields with a bare default stay
+Python-only. Pure standard library: every layer that defines a config can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, dataclass
+from typing import Any
+
+#: The key of a field's metadata that holds its :class:`CliFacts`.
+CLI_METADATA = "vitprune.cli"
+
+
+@dataclass(frozen=True)
+class CliFacts:
+    """How a config field appears on the command line (see :func:`setting`)."""
+
+    help: str
+    #: The option's flags when not ``--field-name``: ``"--macs"``, or ``"--hard/--soft"`` for a boolean.
+    flag: str | None = None
+    #: A short alias such as ``"-b"``.
+    short: str | None = None
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    #: The command line must name it, though the Python API has a default.
+    required: bool = False
+    #: One of several alternative ways to set the same thing (STAR's rho, MAC target, hand-set rates): on the
+    #: command line it is unset (``None``) unless named, and the config's ``validate`` wants exactly one.
+    alternative: bool = False
+    #: The option's value times ``scale`` is the field's (GMACs on the command line, MACs in the config).
+    scale: float = 1.0
+
+
+def setting(default: Any = MISSING, *, default_factory: Callable[[], Any] | Any = MISSING, help: str,
+            flag: str | None = None, short: str | None = None, min: float | None = None, max: float | None = None,
+            choices: Iterable[str] | None = None, required: bool = False, alternative: bool = False,
+            scale: float = 1.0) -> Any:
+    """A dataclass field that the CLI exposes as an option; ``choices`` may be a registry (its keys are taken)."""
+    facts = CliFacts(help=help, flag=flag, short=short, min=min, max=max,
+                     choices=None if choices is None else tuple(choices), required=required,
+                     alternative=alternative, scale=scale)
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={CLI_METADATA: facts})
+
+
+def cli_facts(field: dataclasses.Field) -> CliFacts | None:
+    """The command-line facts of a config field, or ``None`` for a field the CLI does not expose."""
+    return field.metadata.get(CLI_METADATA)
+
+
+__all__ = ["CLI_METADATA", "CliFacts", "cli_facts", "setting"]
