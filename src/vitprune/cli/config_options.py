@@ -38,8 +38,8 @@ class _Option:
     def flag(self) -> str:
         return self.facts.flag or "--" + self.name.replace("_", "-")
 
-    def parameter(self, default: Any, kind: inspect._ParameterKind) -> inspect.Parameter:
-        """The typer parameter (of ``kind``) that reads this option, its default being the field's ``default``."""
+    def parameter(self, default: Any, parameter_kind: inspect._ParameterKind) -> inspect.Parameter:
+        """The typer parameter (of ``parameter_kind``) that reads this option, its default the field's ``default``."""
         is_list = typing.get_origin(self.kind) is list
         flags = [self.flag]
         if self.kind is bool and self.facts.flag is None:
@@ -50,14 +50,12 @@ class _Option:
             default = ...
         elif self.facts.alternative:
             default = None
-        elif default is not None and is_list:
-            default = ",".join(map(str, default))
         elif default is not None:
             default = default / self.facts.scale if self.facts.scale != 1 else default
         option = typer.Option(default, *flags, help=self.facts.help, min=self.facts.min, max=self.facts.max)
         value_type = self.choice_type if self.facts.choices else str if is_list else self.kind
         annotation = Optional[value_type] if self.optional or self.facts.alternative else value_type
-        return inspect.Parameter(self.name, kind, default=option, annotation=annotation)
+        return inspect.Parameter(self.name, parameter_kind, default=option, annotation=annotation)
 
     @functools.cached_property
     def choice_type(self) -> type[Enum]:
