@@ -114,3 +114,19 @@ def test_vit_b16_counts_equal_timm_through_hetdpt_deit_b_10_layers():
     # The paper's 10-layer row (54.9 M, 10.5 G) counts the distilled DeiT-B: 770,304 more parameters (its
     # distillation token and head) and 198 tokens (benchmarks/results/paper_tables.md).
     assert counts[0] == {"params": 54_096_616, "macs_full": 10_875_032_064, "macs_linear": 10_457_757_696}
+
+
+def test_a_model_in_memory_is_taken_as_it_is(tmp_path):
+    torch.manual_seed(0)
+    hf = transformers.DeiTForImageClassification(transformers.DeiTConfig(**SMALL)).eval()
+    model = vitprune.from_transformers(hf)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(model(x), hf(pixel_values=x).logits)
+    prune_heads(model, 1, [0, 3])
+    vitprune.save(model, tmp_path / "saved")
+    loaded = vitprune.load(tmp_path / "saved")
+    assert vitprune.get_recipe(loaded).base.weights == "user"
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+

@@ -21,6 +21,12 @@ def unwrap(module: nn.Module | None) -> tuple[nn.Module | None, Gate | None]:
     return module, None
 
 
+def parameters_named(owner: nn.Module, names: tuple[str, ...]) -> list[nn.Parameter]:
+    """The parameters ``owner`` has among ``names``, in that order (a missing or ``None`` one is left out)."""
+    params = (getattr(owner, name, None) for name in names)
+    return [p for p in params if isinstance(p, nn.Parameter)]
+
+
 def keep_channels(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:
     """The slices ``keep`` of ``tensor`` along ``dim`` (detached)."""
     return tensor.detach().index_select(dim, torch.as_tensor(keep, dtype=torch.long, device=tensor.device))

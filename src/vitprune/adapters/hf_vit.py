@@ -30,7 +30,8 @@ from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, 
 from vitprune.atomic import atomic_directory
 from vitprune.adapters.heads import merge_heads, split_heads
 from vitprune.adapters.tokens import TokenSelection, cls_attention_row, run_token_blocks
-from vitprune.adapters.channels import reject, slice_conv_outputs, slice_norm, slice_parameter, unwrap
+from vitprune.adapters.channels import (parameters_named, reject, slice_conv_outputs, slice_norm, slice_parameter,
+                                         unwrap)
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.layers import GatedLayer
 from vitprune.linear import slice_linear
@@ -345,8 +346,7 @@ class HFViTAdapter(ViTAdapter):
         return self._embeddings.patch_embeddings.projection
 
     def token_parameters(self) -> list[nn.Parameter]:
-        params = (getattr(self._embeddings, name, None) for name in _TOKEN_PARAMETERS)
-        return [p for p in params if isinstance(p, nn.Parameter)]
+        return parameters_named(self._embeddings, _TOKEN_PARAMETERS)
 
     def classifier_heads(self) -> list[nn.Module]:
         hf = self.model.hf

@@ -14,7 +14,8 @@ from torch import nn
 from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, ViTAdapter
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
-from vitprune.adapters.channels import reject, slice_conv_outputs, slice_norm, slice_parameter, unwrap
+from vitprune.adapters.channels import (parameters_named, reject, slice_conv_outputs, slice_norm, slice_parameter,
+                                         unwrap)
 from vitprune.errors import VitpruneError
 from vitprune.linear import slice_linear
 
@@ -180,8 +181,7 @@ class TimmViTAdapter(ViTAdapter):
         return self.model.patch_embed.proj
 
     def token_parameters(self) -> list[nn.Parameter]:
-        params = (getattr(self.model, name, None) for name in _TOKEN_PARAMETERS)
-        return [p for p in params if isinstance(p, nn.Parameter)]
+        return parameters_named(self.model, _TOKEN_PARAMETERS)
 
     def classifier_heads(self) -> list[nn.Module]:
         heads = [self.model.head, getattr(self.model, "head_dist", None)]

@@ -3,9 +3,10 @@
 from vitprune.models.factory import (
     VITPRUNE_MODELS,
     create_model,
+    from_transformers,
     load_checkpoint,
     original_model,
     resolve_model,
 )
 
-__all__ = ["VITPRUNE_MODELS", "create_model", "load_checkpoint", "original_model", "resolve_model"]
+__all__ = ["VITPRUNE_MODELS", "create_model", "from_transformers", "load_checkpoint", "original_model", "resolve_model"]

@@ -142,6 +142,15 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def from_transformers(model: nn.Module) -> nn.Module:
+    """A transformers ViT or DeiT classifier already in memory, as a vitprune model: wrapped so that it returns
+    logits, with a fresh recipe (its weights are the user's), so that it can be pruned and saved."""
+    wrapped = hf_vit.HFImageClassifier(model)
+    architecture, kwargs = hf_vit.config_dict(wrapped)
+    set_recipe(wrapped, Recipe(base=BaseModel(source="hf", name=architecture, kwargs=kwargs, weights="user")))
+    return wrapped.train(model.training)
+
+
 def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | os.PathLike | None) -> nn.Module:
     """A Hugging Face classifier from a ``save_pretrained`` directory (``local``) or the hub, with a fresh recipe."""
     if checkpoint is not None:
