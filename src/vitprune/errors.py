@@ -24,6 +24,12 @@ class RecipeError(VitpruneError):
     """A saved model's recipe or weights are missing, corrupt or inconsistent."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 200 characters), for a one-line error about it."""
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
 def check_settings(checks: Iterable[tuple[bool, str]]) -> None:
     """Raise a :class:`VitpruneError` with the message of the first ``(ok, message)`` pair that is not ok."""
     for ok, message in checks:

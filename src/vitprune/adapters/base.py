@@ -53,6 +53,14 @@ class QKV:
         if rows != ([sum(self.widths)] if len(self.linears) == 1 else list(self.widths)):
             raise ValueError(f"projections of {rows} rows do not hold q, k and v of {list(self.widths)} rows")
 
+    @classmethod
+    def of_heads(cls, linears: Sequence[nn.Linear], num_heads: int, head_dim: int,
+                 value_dims: Sequence[int] | None = None) -> QKV:
+        """The projections of ``num_heads`` heads of query/key width ``head_dim`` and value widths ``value_dims``
+        (``None``: ``head_dim`` each)."""
+        qk = num_heads * head_dim
+        return cls(tuple(linears), (qk, qk, qk if value_dims is None else sum(value_dims)))
+
     @property
     def fused(self) -> bool:
         """Whether one Linear computes q, k and v."""

@@ -32,7 +32,7 @@ from vitprune.adapters.heads import merge_heads, split_heads
 from vitprune.adapters.tokens import TokenSelection, cls_attention_row, run_token_blocks
 from vitprune.adapters.channels import (parameters_named, reject, slice_conv_outputs, slice_norm, slice_parameter,
                                          unwrap)
-from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError, first_line
 from vitprune.layers import GatedLayer
 from vitprune.linear import slice_linear
 
@@ -73,6 +73,11 @@ class HFImageClassifier(nn.Module):
         self.preprocessing = preprocessing
         self.distillation_split = False
 
+    @property
+    def has_distillation_head(self) -> bool:
+        """Whether the classifier reads the distillation token with a head of its own."""
+        return hasattr(self.hf, "distillation_classifier")
+
     def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         base = self.hf.base_model
         if not any(isinstance(layer, HFTokenPruneBlock) for layer in base.layers):
@@ -84,7 +89,7 @@ class HFImageClassifier(nn.Module):
         # token's original position, so the wrapper runs the layers itself, then the classifier as transformers does.
         x = run_token_blocks(base.layers, base.embeddings(images), _run_layer)
         x = base.layernorm(x)
-        if not hasattr(self.hf, "distillation_classifier"):
+        if not self.has_distillation_head:
             return self.hf.classifier(x[:, 0])
         cls_logits, dist_logits = self.hf.cls_classifier(x[:, 0]), self.hf.distillation_classifier(x[:, 1])
         if self.distillation_split and self.training:
@@ -154,15 +159,27 @@ class HFVariableHeadAttention(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 **kwargs: Any) -> tuple[torch.Tensor, None]:
-        b, n, _ = hidden_states.shape
         if self.num_attention_heads == 0:
+            b, n, _ = hidden_states.shape
             return self.o_proj(hidden_states.new_zeros(b, n, 0)), None
-        q, k = (lin(hidden_states).reshape(b, n, -1, self.head_dim).transpose(1, 2) for lin in (self.q_proj,
-                                                                                               self.k_proj))
-        v = split_heads(self.v_proj(hidden_states), self.value_dims, self.head_dim)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=self.scaling,
-                                             dropout_p=self.attention_dropout if self.training else 0.0)
-        return self.o_proj(merge_heads(out, self.value_dims)), None
+        return _attend(self, *_heads(self, hidden_states), attention_mask), None
+
+
+def _heads(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Queries and keys ``(B, H, N, head_dim)``, the values zero-padded to that width, and each head's value width."""
+    b, n, _ = x.shape
+    values = list(attn.value_dims) if isinstance(attn, HFVariableHeadAttention) else \
+        [attn.head_dim] * attn.num_attention_heads
+    q, k = (lin(x).reshape(b, n, -1, attn.head_dim).transpose(1, 2) for lin in (attn.q_proj, attn.k_proj))
+    return q, k, split_heads(attn.v_proj(x), values, attn.head_dim), values
+
+
+def _attend(attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, values: list[int],
+            mask: torch.Tensor | None) -> torch.Tensor:
+    """All heads in one fused kernel, cut back to their value widths, then ``o_proj``."""
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
+                                         dropout_p=attn.attention_dropout if attn.training else 0.0)
+    return attn.o_proj(merge_heads(out, values))
 
 
 def attention_with_cls_row(attn: nn.Module, x: torch.Tensor,
@@ -171,15 +188,9 @@ def attention_with_cls_row(attn: nn.Module, x: torch.Tensor,
     ``(B, H, N)``; ``key_mask`` ``(B, N)`` is ``False`` at padding."""
     if attn.num_attention_heads == 0:
         raise ValueError("an attention without heads has no [CLS] attention row")
-    b, n, _ = x.shape
-    values = list(attn.value_dims) if isinstance(attn, HFVariableHeadAttention) else \
-        [attn.head_dim] * attn.num_attention_heads
-    q, k = (lin(x).reshape(b, n, -1, attn.head_dim).transpose(1, 2) for lin in (attn.q_proj, attn.k_proj))
-    v = split_heads(attn.v_proj(x), values, attn.head_dim)
+    q, k, v, values = _heads(attn, x)
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                         dropout_p=attn.attention_dropout if attn.training else 0.0)
-    return attn.o_proj(merge_heads(out, values)), cls_attention_row(q, k, attn.scaling, key_mask)
+    return _attend(attn, q, k, v, values, mask), cls_attention_row(q, k, attn.scaling, key_mask)
 
 
 class HFTokenPruneBlock(TokenSelection):
@@ -262,8 +273,7 @@ class HFViTAdapter(ViTAdapter):
 
     @property
     def _teacher(self) -> bool:
-        """Whether the classifier has a distillation head."""
-        return hasattr(self.model.hf, "distillation_classifier")
+        return self.model.has_distillation_head
 
     def blocks(self) -> list[BlockView]:
         return [self._view(i, layer) for i, layer in enumerate(self._layers)]
@@ -274,11 +284,10 @@ class HFViTAdapter(ViTAdapter):
         act, act_gate = unwrap(mlp.activation_fn)
         attn = None
         if a is not None:
-            qk = a.num_attention_heads * a.head_dim
             value_dims = tuple(a.value_dims) if isinstance(a, HFVariableHeadAttention) else None
-            widths = (qk, qk, qk if value_dims is None else sum(value_dims))
             attn = AttentionView(
-                module=a, qkv=QKV((a.q_proj, a.k_proj, a.v_proj), widths), proj=a.o_proj,
+                module=a, qkv=QKV.of_heads((a.q_proj, a.k_proj, a.v_proj), a.num_attention_heads, a.head_dim,
+                                           value_dims), proj=a.o_proj,
                 num_heads=a.num_attention_heads, head_dim=a.head_dim, gate=attn_gate, value_dims=value_dims,
                 scale=a.scaling)
         branch1 = a is not None or layer.layernorm_before is not None
@@ -535,7 +544,7 @@ def load_config(source: str, *, local_files_only: bool) -> tuple[str, dict[str, 
         hint = "" if local_files_only else "; without network, save the model with save_pretrained where there is " \
                                            "network and pass that directory"
         raise VitpruneError(f"cannot read the Hugging Face config of {source} ({type(exc).__name__}: "
-                            f"{_first_line(exc)}){hint}") from None
+                            f"{first_line(exc)}){hint}") from None
     architecture = (config.architectures or [""])[0]
     if architecture not in CLASSIFIERS:
         raise UnsupportedArchitectureError(f"unsupported architecture: {source} is a {architecture or 'model'} "
@@ -552,7 +561,7 @@ def from_pretrained(source: str, *, local_files_only: bool) -> HFImageClassifier
         model = getattr(transformers, architecture).from_pretrained(source, local_files_only=local_files_only)
     except Exception as exc:  # as in load_config
         raise VitpruneError(f"cannot load the Hugging Face weights of {source} ({type(exc).__name__}: "
-                            f"{_first_line(exc)})") from None
+                            f"{first_line(exc)})") from None
     # transformers maps the weights file into memory at whatever offsets it stores them; unaligned tensors take other
     # kernels than the same weights loaded anywhere else, which changes the last bits of the outputs. Own copies
     # make a model equal, bit for bit, to itself saved and loaded.
@@ -630,8 +639,3 @@ def _quiet_hub():
         yield
     finally:
         logger.setLevel(level)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""

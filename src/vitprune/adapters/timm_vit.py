@@ -105,9 +105,8 @@ class TimmViTAdapter(ViTAdapter):
         attn = None
         if a is not None:
             value_dims = tuple(a.value_dims) if isinstance(a, VariableHeadAttention) else None
-            qk = a.num_heads * a.head_dim
             attn = AttentionView(
-                module=a, qkv=QKV((a.qkv,), (qk, qk, qk if value_dims is None else sum(value_dims))), proj=a.proj,
+                module=a, qkv=QKV.of_heads((a.qkv,), a.num_heads, a.head_dim, value_dims), proj=a.proj,
                 num_heads=a.num_heads, head_dim=a.head_dim, gate=attn_gate, value_dims=value_dims,
                 q_norm=a.q_norm, k_norm=a.k_norm, scale=a.scale)
         return BlockView(

@@ -13,7 +13,7 @@ import timm
 from torch import nn
 
 from vitprune.adapters import hf_vit
-from vitprune.errors import RecipeError, VitpruneError
+from vitprune.errors import RecipeError, VitpruneError, first_line
 from vitprune.models.digits import build_digits_vit
 from vitprune.recipe import (
     RECIPE_FILE, BaseModel, Recipe, build_base, check_state_dict, load, register_base, require_recipe, saved_model_dir,
@@ -132,7 +132,7 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
     try:
         state = timm.models.load_state_dict(str(path), weights_only=True)
     except Exception as exc:  # torch/safetensors raise many types for a damaged or non-weights file
-        raise VitpruneError(f"cannot read checkpoint {path}: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise VitpruneError(f"cannot read checkpoint {path}: {type(exc).__name__}: {first_line(exc)}") from None
     check_state_dict(model, state, str(path))
     model.load_state_dict(state)
     digest = hashlib.sha256()
@@ -145,10 +145,7 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
 def from_transformers(model: nn.Module) -> nn.Module:
     """A transformers ViT or DeiT classifier already in memory, as a vitprune model: wrapped so that it returns
     logits, with a fresh recipe (its weights are the user's), so that it can be pruned and saved."""
-    wrapped = hf_vit.HFImageClassifier(model)
-    architecture, kwargs = hf_vit.config_dict(wrapped)
-    set_recipe(wrapped, Recipe(base=BaseModel(source="hf", name=architecture, kwargs=kwargs, weights="user")))
-    return wrapped.train(model.training)
+    return _track_hf(hf_vit.HFImageClassifier(model), "user").train(model.training)
 
 
 def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | os.PathLike | None) -> nn.Module:
@@ -160,10 +157,14 @@ def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | 
         model = hf_vit.from_pretrained(source, local_files_only=local)
     else:
         model = hf_vit.from_config(*hf_vit.load_config(source, local_files_only=local))
+    return _track_hf(model, (_HF_DIR if local else HF_PREFIX) + source if pretrained else "random").eval()
+
+
+def _track_hf(model: nn.Module, weights: str) -> nn.Module:
+    """``model`` (wrapped) with a fresh recipe whose base rebuilds it from its transformers config."""
     architecture, kwargs = hf_vit.config_dict(model)
-    weights = (_HF_DIR if local else HF_PREFIX) + source if pretrained else "random"
     set_recipe(model, Recipe(base=BaseModel(source="hf", name=architecture, kwargs=kwargs, weights=weights)))
-    return model.eval()
+    return model
 
 
 def _create_timm(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
@@ -171,14 +172,10 @@ def _create_timm(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Modu
         return timm.create_model(name, pretrained=pretrained, **kwargs)
     except Exception as exc:  # hub, HTTP and offline errors have no common base class
         raise VitpruneError(
-            f"could not load pretrained weights for {name} ({type(exc).__name__}: {_first_line(exc)}); "
+            f"could not load pretrained weights for {name} ({type(exc).__name__}: {first_line(exc)}); "
             "without network, pass --checkpoint PATH for local weights or --no-pretrained for random init"
         ) from None
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""
 
 
 def _unknown_model_message(name: str) -> str:
