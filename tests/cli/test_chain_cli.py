@@ -43,7 +43,7 @@ def test_chain_file_runs_and_reports_every_step(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("content, pattern", [
     ("[{", r"chain file .* is not valid JSON"),
     ('[{"method": "depth", "attention": [0]}, {"method": "width"}]',
-     r"step 2: width step: give exactly one of ratio and target_macs"),
+     r"step 2: give exactly one of ratio and target_macs"),
     ('[{"method": "star", "rates": [1, 0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "alpha": 1}, {"method": "width", '
      '"ratio": 0.2}]',
      r"step 2 \(width\): blocks.1 prunes tokens; prune width before tokens"),

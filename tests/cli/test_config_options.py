@@ -4,6 +4,7 @@ command line builds the config the Python API builds from the same values."""
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from enum import Enum
 
@@ -11,23 +12,36 @@ import pytest
 from test_cli import run
 from test_help import command_tree
 
-from vitprune.cli import prune
-from vitprune.cli.config_options import option_defaults
+from vitprune.cli import chain, prune
+from vitprune.cli.config_options import PRESET_DEFAULT, option_defaults
 from vitprune.config import cli_facts
+from vitprune.methods.chain import hetdpt_plus_steps
+from vitprune.methods.depth import DepthConfig
+from vitprune.methods.hetdpt.pipeline import HetDPTConfig, StageOverrides, configure, preset
 from vitprune.methods.hiap import TRAIN_DEFAULTS, HiAPConfig
 from vitprune.methods.star.pipeline import STARConfig
 from vitprune.methods.vbp.pipeline import VBPConfig
-from vitprune.training import TrainConfig
+from vitprune.methods.width import WidthConfig
+from vitprune.training import DistillConfig, TrainConfig
 
 COMMANDS = command_tree()
 
-#: Each converted command, the configs whose fields it exposes, the fields it takes of each (None: all) and the
-#: method's defaults over the config's own.
+#: Each converted command, the configs whose fields it exposes, the fields it takes of each (None: all), the
+#: method's defaults over the config's own, the fields it must be given, and whether its options change a preset.
 CONVERTED = [
-    (("prune", "vbp"), VBPConfig, None, {}),
-    (("prune", "star"), STARConfig, None, {}),
-    (("prune", "hiap"), HiAPConfig, None, {}),
-    (("prune", "hiap"), TrainConfig, {"epochs", "lr", "batch_size", "seed"}, TRAIN_DEFAULTS),
+    (("prune", "depth"), DepthConfig, None, {}, set(), False),
+    (("prune", "width"), WidthConfig, None, {}, set(), False),
+    (("prune", "hetdpt"), HetDPTConfig, None, {}, set(), True),
+    (("prune", "hetdpt"), StageOverrides, None, {}, set(), True),
+    (("prune", "hetdpt+"), WidthConfig, set(chain._PLUS_WIDTH), {}, {"target_macs"}, False),
+    (("prune", "hetdpt+"), HetDPTConfig, {"distill"}, {}, set(), True),
+    (("prune", "hetdpt+"), StageOverrides, None, {}, set(), True),
+    (("prune", "vbp"), VBPConfig, None, {}, set(), False),
+    (("prune", "star"), STARConfig, None, {}, set(), False),
+    (("prune", "hiap"), HiAPConfig, None, {}, set(), False),
+    (("prune", "hiap"), TrainConfig, {"epochs", "lr", "batch_size", "seed"}, TRAIN_DEFAULTS, set(), False),
+    (("finetune",), TrainConfig, None, {}, set(), False),
+    (("finetune",), DistillConfig, None, {}, set(), False),
 ]
 
 
@@ -45,9 +59,9 @@ def _exposed(config_cls, names):
             if (facts := cli_facts(field)) and (names is None or field.name in names)]
 
 
-@pytest.mark.parametrize("path, config_cls, names, defaults", CONVERTED,
+@pytest.mark.parametrize("path, config_cls, names, defaults, required, overrides", CONVERTED,
                          ids=lambda x: " ".join(x) if isinstance(x, tuple) else getattr(x, "__name__", ""))
-def test_each_exposed_field_is_one_option_with_its_facts(path, config_cls, names, defaults):
+def test_each_exposed_field_is_one_option_with_its_facts(path, config_cls, names, defaults, required, overrides):
     params = COMMANDS[path].params
     expected_defaults = option_defaults(config_cls, defaults)
     hints = typing.get_type_hints(config_cls)
@@ -56,19 +70,21 @@ def test_each_exposed_field_is_one_option_with_its_facts(path, config_cls, names
         assert len(matching) == 1, f"{' '.join(path)}: {field.name}"
         param = matching[0]
         assert (set(param.opts), param.secondary_opts) == _flags(field.name, facts, hints[field.name] is bool)
-        assert param.help == facts.help
+        assert param.help == (f"{facts.help}  {PRESET_DEFAULT}" if overrides else facts.help)
         assert (param.min, param.max) == (facts.min, facts.max)
         annotation = param.type_descriptor.annotation
         choices = tuple(member.value for member in annotation) if issubclass(annotation, Enum) else None
         assert choices == facts.choices
-        if facts.required or field.name not in expected_defaults:
+        if facts.required or field.name in required or field.name not in expected_defaults:
             assert param.required
-        elif facts.alternative:
+        elif facts.alternative or overrides:
             assert param.default is None
         else:
             default = param.default.value if isinstance(param.default, Enum) else param.default
             expected = expected_defaults[field.name]
-            if expected is not None and facts.scale != 1:
+            if isinstance(expected, list):
+                expected = ",".join(map(str, expected)) or None  # the command line's form; [] is left out
+            elif expected is not None and facts.scale != 1:
                 expected = expected / facts.scale  # the option is in the command line's unit
             assert default == expected, field.name
 
@@ -81,12 +97,84 @@ def received(monkeypatch):
     monkeypatch.setattr(prune, "_load_inputs", lambda *a, **k: (None, {"train": None, "val": None}))
     monkeypatch.setattr(prune, "_show", lambda *a: None)
     monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
+    monkeypatch.setattr("vitprune.methods.hetdpt.pipeline.run_hetdpt", lambda *a, **k: calls.update(k))
+    # What depth's and width's titles read of a report.
+    report = types.SimpleNamespace(attention=[], activation=[], identity="norm", ratio=0.0)
+    for method in ("depth", "width"):
+        monkeypatch.setattr(f"vitprune.methods.{method}.run_{method}",
+                            lambda model, config, **k: calls.update(config=config) or report)
+    monkeypatch.setattr("vitprune.models.resolve_model", lambda *a, **k: None)
+    monkeypatch.setattr(prune, "_show_edit", lambda *a, **k: None)
+    monkeypatch.setattr(chain, "run_chain_command", lambda model, steps, **k: calls.update(steps=steps))
     return calls
 
 
-def _prune(capsys, method, *argv):
-    code, _, err = run(capsys, "prune", method, "digits-vit", "--data", "digits", "--out", "unused", *argv)
+def _prune(capsys, method, *argv, data=True):
+    code, _, err = run(capsys, "prune", method, "digits-vit", *(["--data", "digits"] if data else []), "--out",
+                       "unused", *argv)
     assert code == 0, err
+
+
+def test_depth_options_build_the_api_config(capsys, received):
+    _prune(capsys, "depth", "--attention", "3,1", "--activation", "2", "--identity", "skip", "--fold-norm",
+           "--output-gelu", data=False)
+    assert received["config"] == DepthConfig([3, 1], [2], identity="skip", fold_norm=True, output_gelu=True)
+    _prune(capsys, "depth", "--activation", "0", data=False)
+    assert received["config"] == DepthConfig(activation=[0])
+
+
+def test_width_options_build_the_api_config(capsys, received):
+    _prune(capsys, "width", "--macs", "0.5", "--convention", "linear", "--heads", "--no-embed", "--global",
+           "--round-to", "8", "--batches", "3", data=False)
+    assert received["config"] == WidthConfig(target_macs=0.5e9, convention="linear", heads=True, embed=False,
+                                             isomorphic=False, round_to=8, batches=3)
+    _prune(capsys, "width", "-p", "0.25", data=False)
+    assert received["config"] == WidthConfig(ratio=0.25)
+
+
+def test_hetdpt_options_change_the_preset_as_configure_does(capsys, received):
+    _prune(capsys, "hetdpt", "--budget", "2")
+    assert received["config"] == preset("digits")  # nothing named: the preset as it is
+    _prune(capsys, "hetdpt", "--budget", "2", "--epochs", "3", "-b", "32", "--lr", "1e-3", "--distill", "hard",
+           "--shortlist", "4", "--identity", "skip", "--output-gelu", "--min-per-type", "1", "--probe-epochs", "2",
+           "--search-epochs", "5")
+    expected = configure("digits", epochs=3, batch_size=32, lr=1e-3, distill="hard", shortlist=4, identity="skip",
+                         output_gelu=True, min_per_type=1, probe_epochs=2, search_epochs=5)
+    assert received["config"] == expected
+    assert (expected.finetune.epochs, expected.search.epochs, expected.probe.epochs, expected.probe.batch_size,
+            expected.finetune.lr, expected.search.lr) == (3, 5, 2, 32, 1e-3, preset("digits").search.lr)
+
+
+def test_hetdpt_plus_options_build_the_api_chain(capsys, received):
+    _prune(capsys, "hetdpt+", "--budget", "4", "--split", "2,2", "--macs", "0.3", "--importance", "taylor",
+           "--heads", "--round-to", "4", "--epochs", "2", "--distill", "hard", "--probe-epochs", "1")
+    base = configure("digits", epochs=2, distill="hard")
+    assert received["steps"] == hetdpt_plus_steps(
+        budget=4, target_macs=0.3e9, split="2,2", preset="digits", convention="full",
+        finetune={**dataclasses.asdict(base.finetune), "distill": "hard", "alpha": base.alpha, "tau": base.tau},
+        hetdpt={"probe_epochs": 1},
+        width={"importance": "taylor", "heads": True, "embed": True, "isomorphic": True, "round_to": 4,
+               "batches": 4})
+
+
+def test_hetdpt_plus_needs_a_mac_target(capsys):
+    code, _, err = run(capsys, "prune", "hetdpt+", "digits-vit", "--data", "digits", "--out", "x", "--budget", "2")
+    assert code == 2 and "Missing option '--macs'" in err
+
+
+def test_finetune_options_build_the_api_configs(capsys, tmp_path, monkeypatch):
+    calls = {}
+    monkeypatch.setattr("vitprune.training.finetune_pruned", lambda *a, **k: calls.update(config=a[3], **k) or [])
+    monkeypatch.setattr("vitprune.models.original_model", lambda student: "the original")
+    code, _, err = run(capsys, "finetune", "digits-vit", "--no-pretrained", "--data", "digits", "--out",
+                       str(tmp_path / "ft"), "--epochs", "2", "--optimizer", "sgd", "--momentum", "0.8", "--mixup",
+                       "0.2", "--cutmix", "0.5", "--no-amp", "--ema-decay", "0.99", "--clip-grad", "1",
+                       "--min-lr", "1e-6", "--distill", "soft", "--tau", "2")
+    assert code == 0, err
+    assert calls["config"] == TrainConfig(epochs=2, optimizer="sgd", momentum=0.8, mixup_alpha=0.2, cutmix_alpha=0.5,
+                                          amp=False, ema_decay=0.99, clip_grad=1.0, min_lr=1e-6)
+    assert (calls["teacher"], calls["distill"], calls["alpha"], calls["tau"]) == (
+        "the original", "soft", DistillConfig.alpha, 2.0)
 
 
 def test_vbp_options_build_the_api_config(capsys, received):

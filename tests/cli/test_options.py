@@ -66,10 +66,6 @@ def _default(param) -> object:
     return param.default.value if isinstance(param.default, Enum) else param.default
 
 
-#: CLI options that are named otherwise in a chain step (same meaning, same unit).
-RENAMED = {"mixup": "mixup_alpha", "cutmix": "cutmix_alpha"}
-
-
 def _step_defaults(method: str, required: dict) -> dict[str, object]:
     """What a chain step of ``method`` resolves its settings to when given only ``required``."""
     resolved = check_chain([Step(method, required)], "digits")[0]
@@ -82,6 +78,8 @@ def _step_defaults(method: str, required: dict) -> dict[str, object]:
 
 @pytest.mark.parametrize("method, command, required, not_in_chain", [
     ("finetune", ("finetune",), {"epochs": 1}, {"teacher"}),
+    ("depth", ("prune", "depth"), {"attention": [0]}, {"activation"}),  # left out on the command line: []
+    ("width", ("prune", "width"), {"ratio": 0.3}, set()),
     ("hiap", ("prune", "hiap"), {"epochs": 1}, set()),
     ("vbp", ("prune", "vbp"), {"ratio": 0.5}, {"lr", "batch_size", "distill", "alpha", "tau"}),  # its fine-tune
     ("star", ("prune", "star"), {"rho": 0.5}, {"lr", "batch_size", "distill", "rho"}),  # is a chain's own step
@@ -90,8 +88,8 @@ def test_a_chain_step_defaults_as_its_command(method, command, required, not_in_
     step = _step_defaults(method, required)
     compared = 0
     for param in COMMANDS[command].params:
-        key = RENAMED.get(param.name, param.name)
-        if key in step and param.name not in not_in_chain and key not in required:
-            assert step[key] == _default(param), f"{method} step's {key} vs --{param.name.replace('_', '-')}"
+        key = param.name
+        if key in step and key not in not_in_chain and key not in required:
+            assert step[key] == _default(param), f"{method} step's {key} vs --{key.replace('_', '-')}"
             compared += 1
     assert compared >= 3

@@ -58,7 +58,7 @@ def test_prune_depth_measures_the_speedup(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, pattern", [
     (["--attention", "3,12"], r"attention index 12 is out of range: the model has 12 blocks \(0-11\)"),
     (["--activation", "1,1"], "activation index 1 is given more than once"),
-    (["--attention", "a,b"], "--attention takes comma-separated block indices"),
+    (["--attention", "a,b"], "--attention takes comma-separated integers such as 0,3,7; got 'a,b'"),
     ([], "nothing to prune"),
 ], ids=["out-of-range", "duplicate", "not-integers", "nothing"])
 def test_prune_depth_user_errors(capsys, tmp_path, args, pattern):

@@ -49,8 +49,8 @@ def test_taylor_width_on_digits_shows_the_table_and_speed(capsys, tmp_path, monk
 
 
 @pytest.mark.parametrize("args, pattern", [
-    (["--ratio", "0.3", "--macs", "0.01"], "give exactly one of --ratio and --macs"),
-    ([], "give exactly one of --ratio and --macs"),
+    (["--ratio", "0.3", "--macs", "0.01"], r"give exactly one of ratio and target_macs \(MACs; --macs in GMACs\)"),
+    ([], r"give exactly one of ratio and target_macs \(MACs; --macs in GMACs\)"),
     (["--ratio", "0.3", "--importance", "taylor"], "taylor importance needs --data"),
     (["--ratio", "1.5"], r"width ratio must be in \[0, 1\), got 1.5"),
     (["--macs", "1"], "is not below the model's"),

@@ -162,10 +162,10 @@ def test_depth_then_star_with_its_lrp_prior(setting, tmp_path):
 @pytest.mark.parametrize("steps, message", [
     ([], "non-empty list"),
     ([{"method": "prune"}], "step 1: each step needs a method"),
-    ([{"method": "depth"}], "step 1: depth step: give attention"),
+    ([{"method": "depth"}], "step 1: nothing to prune: give attention"),
     ([{"method": "depth", "attention": [0], "blocks": [1]}], "step 1: depth step: unknown setting.*blocks"),
     ([{"method": "depth", "attention": [0]}, {"method": "width", "ratio": 0.2, "target_macs": 1e6}],
-     "step 2: width step: give exactly one of ratio and target_macs"),
+     "step 2: give exactly one of ratio and target_macs"),
     ([{"method": "vbp", "ratio": 1.5}], "step 1: the pruning ratio must be in"),
     ([{"method": "vbp", "finetune": {"epochs": 1}}], "step 1: vbp step: unknown setting.*finetune"),
     ([{"method": "hiap", "lr": 1e-3}], "step 1: hiap step: missing setting.*epochs"),

@@ -9,12 +9,18 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, err_console
+from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
-    RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, Convention, Distill, speed_config,
+    RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, speed_config,
 )
-from vitprune.cli.prune import Importance, _load_inputs, _show, hetdpt_preset_for, prune_app
+from vitprune.cli.prune import PRESET_OPT, SPLIT_OPT, _load_inputs, _show, hetdpt_preset_for, prune_app
 from vitprune.measure import SpeedConfig
+from vitprune.methods.hetdpt.pipeline import STEP_OVERRIDES, HetDPTConfig, StageOverrides
+from vitprune.methods.width.pipeline import WidthConfig
+
+#: The width settings HetDPT+ takes: all but a ratio (it prunes to a MAC target).
+_PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "embed", "isomorphic", "round_to", "batches")
 
 
 @app.command()
@@ -24,8 +30,7 @@ def chain(
                                                      '"attention": [0, 3]}; see docs/recipes.md.'),
     data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out", help="Run directory: chain.json, steps/NN-METHOD/, model/, report.json."),
-    preset: Optional[str] = typer.Option(None, help="HetDPT steps' default preset (digits or imagenet; default by "
-                                                    "--data)."),
+    preset: Optional[str] = PRESET_OPT,
     onnx: bool = typer.Option(True, "--onnx/--no-onnx", help="Check that the final model exports to ONNX."),
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
@@ -68,27 +73,19 @@ def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: 
 
 
 @prune_app.command("hetdpt+")
+@config_options(WidthConfig, param="width", fields=_PLUS_WIDTH, required=("target_macs",))
+@config_options(HetDPTConfig, fields=("distill",), overrides=True)
+@config_options(StageOverrides, param="stages", overrides=True)
 def hetdpt_plus(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     budget: int = typer.Option(..., "--budget", "-k", help="Layers HetDPT removes: attention sublayers + GELUs."),
-    macs: float = typer.Option(..., "--macs", help="Target GMACs per image after width pruning."),
     out: Path = typer.Option(..., "--out", help="Run directory: steps/ (hetdpt, width, finetune), model/, report."),
-    split: str = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type."),
-    convention: Convention = typer.Option(Convention.full, help="MAC convention of --macs: full (with attention "
-                                                                 "matmuls) or linear (Linear/Conv only)."),
-    importance: Importance = typer.Option(Importance.magnitude, help="Width importance: magnitude or taylor."),
-    heads: bool = typer.Option(False, "--heads/--head-dims", help="Remove whole heads instead of head dimensions."),
-    embed: bool = typer.Option(True, "--embed/--no-embed", help="Also prune the residual stream's channels."),
-    isomorphic: bool = typer.Option(True, "--isomorphic/--global", help="Isomorphic Pruning or plain global ranking."),
-    round_to: Optional[int] = typer.Option(None, "--round-to", min=1, help="Keep every width a multiple of N."),
-    preset: Optional[str] = typer.Option(None, help="HetDPT settings: digits or imagenet (default by --data)."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Fine-tuning epochs (preset's Stage 2)."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="Fine-tuning peak learning rate."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Batch for every stage."),
-    search_epochs: Optional[int] = typer.Option(None, "--search-epochs", min=1, help="HetDPT step-2 epochs."),
-    probe_epochs: Optional[int] = typer.Option(None, "--probe-epochs", min=1, help="HetDPT predictor fine-tunes."),
-    distill: Optional[Distill] = typer.Option(None, help="Distillation from the unpruned model (preset's default)."),
+    split: str = SPLIT_OPT,
+    width: WidthConfig = ...,
+    preset: Optional[str] = PRESET_OPT,
+    stages: dict = ...,
+    config: dict = ...,
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -101,24 +98,23 @@ def hetdpt_plus(
     json_out: bool = JSON_OPT,
 ) -> None:
     """HetDPT+: HetDPT depth pruning, then width pruning (Isomorphic Pruning) to --macs, then one fine-tune with
-    distillation from the unpruned model."""
+    distillation from the unpruned model (HetDPT's Stage 2 settings)."""
     from dataclasses import asdict
 
     from vitprune.cli.render import render_chain
     from vitprune.methods.chain import hetdpt_plus_steps
-    from vitprune.methods.hetdpt.pipeline import preset as hetdpt_preset
+    from vitprune.methods.hetdpt.pipeline import configure
 
+    width.validate()
     name = hetdpt_preset_for(preset, data)
-    base = hetdpt_preset(name)
-    finetune = {**asdict(base.finetune), "distill": base.distill, "alpha": base.alpha, "tau": base.tau}
-    finetune |= {k: v for k, v in (("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
-                                   ("distill", distill and distill.value)) if v is not None}
-    hetdpt = {k: v for k, v in (("probe_epochs", probe_epochs), ("search_epochs", search_epochs),
-                                ("batch_size", batch_size)) if v is not None}
-    steps = hetdpt_plus_steps(budget=budget, target_macs=macs * 1e9, split=split, preset=name,
-                              convention=convention.value, finetune=finetune, hetdpt=hetdpt,
-                              width={"importance": importance.value, "heads": heads, "embed": embed,
-                                     "isomorphic": isomorphic, "round_to": round_to})
+    settings = configure(name, **stages, **config)
+    finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
+                "tau": settings.tau}
+    hetdpt = {k: v for k, v in stages.items() if k in STEP_OVERRIDES}
+    steps = hetdpt_plus_steps(budget=budget, target_macs=width.target_macs, split=split, preset=name,
+                              convention=width.convention, finetune=finetune, hetdpt=hetdpt,
+                              width={k: v for k, v in width.to_dict().items()
+                                     if k not in ("ratio", "target_macs", "convention")})
     run_chain_command(model, steps, data=data, out=out, preset=name, onnx=True, resume=resume, pretrained=pretrained,
                       checkpoint=checkpoint, data_root=data_root, download=download,
                       speed=speed_config(speed, speed_batch, repeats), device=device, json_out=json_out,

@@ -23,6 +23,9 @@ from vitprune.errors import VitpruneError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: What an option that changes a preset says of its default, in the form typer shows a default in.
+PRESET_DEFAULT = "[default: the preset's]"
+
 
 @dataclasses.dataclass(frozen=True)
 class _Option:
@@ -38,23 +41,32 @@ class _Option:
     def flag(self) -> str:
         return self.facts.flag or "--" + self.name.replace("_", "-")
 
-    def parameter(self, default: Any, parameter_kind: inspect._ParameterKind) -> inspect.Parameter:
-        """The typer parameter (of ``parameter_kind``) that reads this option, its default the field's ``default``."""
-        is_list = typing.get_origin(self.kind) is list
+    @property
+    def is_list(self) -> bool:
+        return typing.get_origin(self.kind) is list
+
+    def parameter(self, default: Any, parameter_kind: inspect._ParameterKind, *, required: bool = False,
+                  unset: bool = False) -> inspect.Parameter:
+        """The typer parameter (of ``parameter_kind``) that reads this option, its default the field's ``default``
+        (``required``: none, the command line must name it; ``unset``: ``None``, the preset's)."""
         flags = [self.flag]
         if self.kind is bool and self.facts.flag is None:
             flags = [f"{self.flag}/--no-{self.flag[2:]}"]
         if self.facts.short:
             flags.append(self.facts.short)
-        if self.facts.required:
+        if self.facts.required or required:
             default = ...
-        elif self.facts.alternative:
+        elif self.facts.alternative or unset:
             default = None
+        elif self.is_list and default is not None:
+            default = ",".join(map(str, default)) or None  # an empty list is the option left out
         elif default is not None:
             default = default / self.facts.scale if self.facts.scale != 1 else default
-        option = typer.Option(default, *flags, help=self.facts.help, min=self.facts.min, max=self.facts.max)
-        value_type = self.choice_type if self.facts.choices else str if is_list else self.kind
-        annotation = Optional[value_type] if self.optional or self.facts.alternative else value_type
+        help = self.facts.help + (f"  {PRESET_DEFAULT}" if unset else "")
+        option = typer.Option(default, *flags, help=help, min=self.facts.min, max=self.facts.max)
+        value_type = self.choice_type if self.facts.choices else str if self.is_list else self.kind
+        optional = self.optional or self.facts.alternative or unset or (self.is_list and default is None)
+        annotation = Optional[value_type] if optional else value_type
         return inspect.Parameter(self.name, parameter_kind, default=option, annotation=annotation)
 
     @functools.cached_property
@@ -68,13 +80,13 @@ class _Option:
             return None
         if isinstance(given, Enum):
             return given.value
-        if typing.get_origin(self.kind) is list:
+        if self.is_list:
             (item,) = typing.get_args(self.kind)
             try:
-                return [item(part) for part in given.split(",")]
+                return [item(part) for part in given.split(",") if part.strip()]
             except ValueError:
-                raise VitpruneError(f"{self.flag} takes comma-separated values such as 1,1,0.7; got {given!r}") \
-                    from None
+                example = "integers such as 0,3,7" if item is int else "values such as 1,1,0.7"
+                raise VitpruneError(f"{self.flag} takes comma-separated {example}; got {given!r}") from None
         return given * self.facts.scale if self.facts.scale != 1 else given
 
 
@@ -113,15 +125,22 @@ def option_defaults(config_cls: type, defaults: Mapping[str, Any] = {}) -> dict[
 
 
 def config_options(config_cls: type, *, param: str = "config", fields: Iterable[str] | None = None,
-                   defaults: Mapping[str, Any] = {}) -> Callable[[F], F]:
+                   defaults: Mapping[str, Any] = {}, required: Iterable[str] = (),
+                   overrides: bool = False) -> Callable[[F], F]:
     """Give a typer command an option per field ``config_cls`` exposes, in place of its parameter ``param``.
 
     The command is called with ``param`` set to ``config_cls`` built from those options, over ``defaults`` (a
-    method's own defaults for a shared config, e.g. HiAP's training recipe). ``fields`` limits the options to
-    some of the exposed fields; the others keep ``defaults`` or the config's own.
+    method's own defaults for a shared config, e.g. HiAP's training recipe); an option left out keeps the
+    default, but for an alternative, which is ``None`` then. ``fields`` limits the options to some of the exposed
+    fields; the others keep ``defaults`` or the config's own. ``required`` names options this command must be
+    given though the config has a default. With ``overrides``, every option is unset unless named and ``param``
+    is the dict of the fields named: the changes to a preset that the command resolves itself.
     """
     options = _options(config_cls, fields)
     field_defaults = option_defaults(config_cls, defaults)
+    required = set(required)
+    if not required <= {option.name for option in options}:
+        raise TypeError(f"{config_cls.__name__}: required options {sorted(required)} are not among its options")
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command)
@@ -133,13 +152,16 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
             if parameter.name != param:
                 parameters.append(parameter)
                 continue
-            parameters.extend(option.parameter(field_defaults.get(option.name, ...), parameter.kind)
+            parameters.extend(option.parameter(field_defaults.get(option.name, ...), parameter.kind,
+                                               required=option.name in required, unset=overrides)
                               for option in options)
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            given = {option.name: option.value(kwargs.pop(option.name)) for option in options}
-            return command(**kwargs, **{param: config_cls(**{**defaults, **given})})
+            values = {option.name: option.value(kwargs.pop(option.name)) for option in options}
+            given = {option.name: values[option.name] for option in options
+                     if values[option.name] is not None or (option.facts.alternative and not overrides)}
+            return command(**kwargs, **{param: given if overrides else config_cls(**{**defaults, **given})})
 
         run.__signature__ = signature.replace(parameters=parameters)  # what typer reads the options from
         # typer resolves the annotations by name: the generated parameters' instead of ``param``'s.
@@ -149,4 +171,4 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
     return decorate
 
 
-__all__ = ["config_options", "option_defaults"]
+__all__ = ["PRESET_DEFAULT", "config_options", "option_defaults"]

@@ -16,6 +16,7 @@ import typer
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig
+from vitprune.surgery import IDENTITY_HELP
 
 
 class Convention(str, Enum):
@@ -26,12 +27,6 @@ class Convention(str, Enum):
 class AttentionIdentity(str, Enum):
     norm = "norm"
     skip = "skip"
-
-
-class Distill(str, Enum):
-    none = "none"
-    soft = "soft"
-    hard = "hard"
 
 
 PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained",
@@ -58,8 +53,7 @@ DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing
 DATA_GROUP = ("--data-root", "--download")
 
 JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
-IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity",
-                            help="What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x.")
+IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity", help=IDENTITY_HELP)
 RESUME_OPT = typer.Option(False, "--resume", help="Continue the run in --out from where it stopped (its finished "
                                                   "stages and last checkpoint).")
 OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace what is already there (the new one is written "

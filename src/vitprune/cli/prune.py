@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -13,9 +12,8 @@ from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT,
-    PRETRAINED_OPT, REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, AttentionIdentity, Convention, Distill,
-    check_target, speed_config,
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT,
+    REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, check_target, speed_config,
 )
 from vitprune.cli.config_options import config_options
 from vitprune.cli.render import ratio, render_comparison
@@ -23,7 +21,10 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, format_count
 from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
 from vitprune.methods.hiap import HiAPConfig
+from vitprune.methods.depth import DepthConfig
+from vitprune.methods.hetdpt.pipeline import HetDPTConfig, StageOverrides
 from vitprune.methods.report import Report
+from vitprune.methods.width.pipeline import WidthConfig
 from vitprune.methods.star.pipeline import STARConfig
 from vitprune.methods.vbp.pipeline import VBPConfig
 from vitprune.training import TrainConfig
@@ -37,29 +38,22 @@ prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of 
 app.add_typer(prune_app, name="prune")
 
 
+SPLIT_OPT = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type.")
+PRESET_OPT = typer.Option(None, help="HetDPT's settings: digits (minutes on a CPU) or imagenet (the reference "
+                                     "scale); default by --data.")
+
+
 def hetdpt_preset_for(preset: str | None, data: str) -> str:
     """HetDPT's preset: the one asked for, else ``digits`` for the digits data and ``imagenet`` for any other."""
     return preset or ("digits" if data == "digits" else "imagenet")
 
 
-def parse_indices(text: str, what: str) -> list[int]:
-    """``"0,3,7"`` -> ``[0, 3, 7]``; an empty string is no index."""
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise VitpruneError(f"--{what} takes comma-separated block indices such as 0,3,7; got {text!r}") from None
-
-
 @prune_app.command()
+@config_options(DepthConfig)
 def depth(
     model: str = typer.Argument(..., help=MODEL_HELP),
     out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
-    attention: str = typer.Option("", "--attention", help="Blocks whose attention sublayer goes, e.g. 0,3,7,8,11."),
-    activation: str = typer.Option("", "--activation", help="Blocks whose MLP activation goes (fc1 and fc2 merge)."),
-    identity: AttentionIdentity = IDENTITY_OPT,
-    fold_norm: bool = typer.Option(False, "--fold-norm", help="Fold each merged block's LN2 affine into its Linear."),
-    output_gelu: bool = typer.Option(
-        False, "--output-gelu", help="Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."),
+    config: DepthConfig = ...,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     speed: bool = SPEED_OPT,
@@ -71,45 +65,26 @@ def depth(
 ) -> None:
     """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
     check_target(out, overwrite, "--out")
+    config.validate()
 
     from vitprune.device import resolve_device
     from vitprune.methods.depth import run_depth
     from vitprune.models import resolve_model
 
-    attn_idx, act_idx = parse_indices(attention, "attention"), parse_indices(activation, "activation")
-    if not attn_idx and not act_idx:
-        raise VitpruneError("nothing to prune: give --attention and/or --activation block indices")
-    report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), attn_idx, act_idx, out=out,
-                       name=model, identity=identity.value, fold_norm=fold_norm, output_gelu=output_gelu,
-                       speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
+    report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), config, out=out,
+                       name=model, speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
                        progress=not json_out)
     _show_edit(report, json_out, title=f"{model}: attention removed in blocks {report.attention or 'none'}, "
                                        f"activation in {report.activation or 'none'} (identity '{report.identity}')")
 
 
-class Importance(str, Enum):
-    magnitude = "magnitude"
-    taylor = "taylor"
-
-
 @prune_app.command()
+@config_options(WidthConfig)
 def width(
     model: str = typer.Argument(..., help=MODEL_HELP),
     out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
-    ratio: Optional[float] = typer.Option(None, "--ratio", "-p", help="torch-pruning's channel ratio, e.g. 0.5."),
-    macs: Optional[float] = typer.Option(None, "--macs", help="Target GMACs per image instead of a ratio."),
-    convention: Convention = typer.Option(Convention.full, help="MAC convention of --macs: full (with attention "
-                                                                 "matmuls) or linear (Linear/Conv only)."),
-    importance: Importance = typer.Option(Importance.magnitude, help="magnitude (data-free) or taylor (needs "
-                                                                      "--data)."),
-    heads: bool = typer.Option(False, "--heads/--head-dims", help="Remove whole heads instead of head dimensions."),
-    embed: bool = typer.Option(True, "--embed/--no-embed", help="Also prune the residual stream's channels."),
-    isomorphic: bool = typer.Option(True, "--isomorphic/--global", help="Rank within groups of the same shape "
-                                                                         "(Isomorphic Pruning) or all together."),
-    round_to: Optional[int] = typer.Option(None, "--round-to", min=1, help="Keep every width a multiple of N "
-                                                                           "(8: faster kernels)."),
+    config: WidthConfig = ...,
     data: Optional[str] = typer.Option(None, "--data", help="Data for taylor importance (digits, cifar10, ...)."),
-    batches: int = typer.Option(4, "--batches", min=1, help="Training batches of 16 for taylor importance."),
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
@@ -124,28 +99,26 @@ def width(
     """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, head dims or heads, FFN neurons),
     cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
     check_target(out, overwrite, "--out")
+    config.validate()
 
     from vitprune.device import resolve_device
     from vitprune.methods.width import run_width
     from vitprune.models import resolve_model
 
-    if (ratio is None) == (macs is None):
-        raise VitpruneError("give exactly one of --ratio and --macs")
-    if importance is Importance.taylor and data is None:
+    if config.importance == "taylor" and data is None:
         raise VitpruneError("taylor importance needs --data")
     if data is not None:
         dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                    download=download)
     else:
         dense, sets = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), {"train": None}
-    report = run_width(dense, out=out, ratio=ratio, target_macs=None if macs is None else macs * 1e9,
-                       convention=convention.value, importance=importance.value, heads=heads, embed=embed,
-                       isomorphic=isomorphic, round_to=round_to, train_set=sets["train"], batches=batches, name=model,
+    report = run_width(dense, config, out=out, train_set=sets["train"], name=model,
                        speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
                        progress=not json_out)
-    _show_edit(report, json_out, title=f"{model}: width ratio {report.ratio:.4f} ({importance.value}, "
-                                       f"{'isomorphic' if isomorphic else 'global'}, "
-                                       f"{'heads' if heads else 'head dims'}{', stream channels' if embed else ''})")
+    _show_edit(report, json_out, title=f"{model}: width ratio {report.ratio:.4f} ({config.importance}, "
+                                       f"{'isomorphic' if config.isomorphic else 'global'}, "
+                                       f"{'heads' if config.heads else 'head dims'}"
+                                       f"{', stream channels' if config.embed else ''})")
 
 
 def _show_edit(report: DepthReport | WidthReport, json_out: bool, *, title: str) -> None:
@@ -167,27 +140,17 @@ def _show_edit(report: DepthReport | WidthReport, json_out: bool, *, title: str)
 
 
 @prune_app.command()
+@config_options(HetDPTConfig, overrides=True)
+@config_options(StageOverrides, param="stages", overrides=True)
 def hetdpt(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     budget: int = typer.Option(..., "--budget", "-k", help="Layers to remove in all: attention sublayers + GELUs."),
     out: Path = typer.Option(..., "--out", help="Run directory: stage results, fine-tuning run, model/, report."),
-    split: str = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type."),
-    preset: Optional[str] = typer.Option(
-        None, help="Settings: digits (minutes on a CPU) or imagenet (the reference scale); default by --data."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Stage-2 fine-tuning epochs."),
-    search_epochs: Optional[int] = typer.Option(None, "--search-epochs", min=1, help="Step-2 importance epochs."),
-    probe_epochs: Optional[int] = typer.Option(None, "--probe-epochs", min=1,
-                                               help="Fast fine-tune epochs per predictor point."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="Stage-2 peak learning rate."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Batch for every stage."),
-    distill: Optional[Distill] = typer.Option(None, help="Self-distillation from the unpruned model (preset's "
-                                                         "default)."),
-    identity: AttentionIdentity = IDENTITY_OPT,
-    output_gelu: bool = typer.Option(False, "--output-gelu", help="Compatibility: the reference code's extra GELU."),
-    shortlist: Optional[int] = typer.Option(None, min=1, help="Step 2 chooses among each type's N lowest-TE layers."),
-    min_per_type: int = typer.Option(0, "--min-per-type", min=0, help="Predictor search: remove at least this many "
-                                                                          "of each type."),
+    split: str = SPLIT_OPT,
+    preset: Optional[str] = PRESET_OPT,
+    stages: dict = ...,
+    config: dict = ...,
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="Reuse predictor.json from an earlier run."),
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
@@ -206,15 +169,11 @@ def hetdpt(
     from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
 
     chosen_split = parse_split(split)
-    config = configure(hetdpt_preset_for(preset, data), epochs=epochs,
-                       search_epochs=search_epochs, probe_epochs=probe_epochs, lr=lr, batch_size=batch_size,
-                       distill=distill.value if distill is not None else None, identity=identity.value,
-                       output_gelu=output_gelu, shortlist=shortlist,
-                       min_per_type=min_per_type)
+    settings = configure(hetdpt_preset_for(preset, data), **stages, **config)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download)
     report = run_hetdpt(dense, sets["train"], sets["val"], budget=budget, split=chosen_split, run_dir=out,
-                        config=config, device=resolve_device(device), progress=not json_out, resume=resume,
+                        config=settings, device=resolve_device(device), progress=not json_out, resume=resume,
                         predictor=predictor, speed=speed_config(speed, speed_batch, repeats),
                         log=(lambda _m: None) if json_out else err_console.print)
     _show(model, report, render_hetdpt, json_out)

@@ -22,7 +22,7 @@ import copy
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,7 +38,7 @@ from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, load, save
-from vitprune.training import FINETUNE_DISTILL, TrainConfig, evaluate, finetune_pruned
+from vitprune.training import DistillConfig, TrainConfig, evaluate, finetune_pruned
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR = "chain.json", "steps", "step.json", RUN_MODEL_DIR
 
@@ -278,37 +278,34 @@ def _fields(report: Report, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(report, name) for name in names}
 
 
-def _depth_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
-    _check_known(settings, {"attention", "activation", "identity", "fold_norm", "output_gelu"}, "depth")
-    if not settings.get("attention") and not settings.get("activation"):
-        raise VitpruneError("depth step: give attention and/or activation block indices")
-    return settings
+def _depth_config(settings: dict[str, Any], preset: str) -> Any:
+    from vitprune.methods.depth import DepthConfig
+
+    config = _build(DepthConfig, settings, "depth")
+    config.validate()
+    return config
 
 
-def _depth(model: nn.Module, settings: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
+def _depth(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
     from vitprune.methods.depth import run_depth
 
-    report = run_depth(model, **settings, **ctx.edit_options())
-    return _saved(report.out, ctx), dict(settings)
+    report = run_depth(model, config, **ctx.edit_options())
+    return _saved(report.out, ctx), _fields(report, ("attention", "activation", "identity", "fold_norm",
+                                                     "output_gelu"))
 
 
-def _width_config(settings: dict[str, Any], preset: str) -> dict[str, Any]:
-    from vitprune.methods.width import IMPORTANCES
+def _width_config(settings: dict[str, Any], preset: str) -> Any:
+    from vitprune.methods.width import WidthConfig
 
-    _check_known(settings, {"ratio", "target_macs", "convention", "importance", "heads", "embed", "isomorphic",
-                            "round_to", "batches"}, "width")
-    if ("ratio" in settings) == ("target_macs" in settings):
-        raise VitpruneError("width step: give exactly one of ratio and target_macs")
-    for name, allowed, default in (("convention", CONVENTIONS, "full"), ("importance", IMPORTANCES, "magnitude")):
-        if settings.get(name, default) not in allowed:
-            raise VitpruneError(f"width step: unknown {name} {settings[name]!r} (choose from: {', '.join(allowed)})")
-    return {"convention": "full", "importance": "magnitude", "batches": 4, **settings}
+    config = _build(WidthConfig, settings, "width")
+    config.validate()
+    return config
 
 
-def _width(model: nn.Module, config: dict[str, Any], ctx: _Context) -> tuple[nn.Module, dict]:
+def _width(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
     from vitprune.methods.width import run_width
 
-    report = run_width(model, **config, train_set=ctx.train_set, **ctx.edit_options())
+    report = run_width(model, config, train_set=ctx.train_set, **ctx.edit_options())
     return _saved(report.out, ctx), _fields(report, ("ratio", "plan"))
 
 
@@ -370,21 +367,21 @@ def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> 
     return _saved(report.model_dir, ctx), _fields(report, ("heads", "neurons", "ffn_closed", "threshold"))
 
 
-#: HetDPT settings beyond HetDPTConfig's scalar fields: the layer budget and the preset's stage lengths.
-_HETDPT_OWN = {"budget", "split", "preset", "probe_epochs", "search_epochs", "batch_size", "predictor"}
+#: A HetDPT step's own settings (not the config's): the layer budget, the split, the preset and a predictor to reuse.
+_HETDPT_OWN = {"budget", "split", "preset", "predictor"}
 
 
 def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[int, int] | None, Any, str | None]:
-    from vitprune.methods.hetdpt.pipeline import HetDPTConfig, configure, parse_split
+    from vitprune.methods.hetdpt.pipeline import STEP_OVERRIDES, HetDPTConfig, configure, parse_split
 
-    own, overrides = _split(settings, _HETDPT_OWN)
-    _check_known(overrides, {f.name for f in fields(HetDPTConfig)} - {"probe", "search", "finetune"}, "hetdpt")
+    own, changes = _split(settings, _HETDPT_OWN)
+    # The step does not fine-tune: of the stage shortcuts it takes only Steps 1 and 2's.
+    _check_known(changes, {*STEP_OVERRIDES, *(f.name for f in fields(HetDPTConfig))} - {"probe", "search", "finetune"},
+                 "hetdpt")
     if not isinstance(own.get("budget"), int):
         raise VitpruneError("hetdpt step: budget (layers to remove: attention + activation) must be an integer")
     split = own.get("split", "auto")
-    config = configure(own.get("preset", preset), probe_epochs=own.get("probe_epochs"),
-                       search_epochs=own.get("search_epochs"), batch_size=own.get("batch_size"),
-                       **overrides)
+    config = configure(own.get("preset", preset), **changes)
     config.finetune = None
     config.validate()
     return (own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))), config,
@@ -401,25 +398,22 @@ def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any, s
     return _saved(report.model_dir, ctx), _fields(report, ("attention", "activation", "split"))
 
 
-def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, dict[str, Any]]:
-    from vitprune.training import KINDS
-
-    own, train_settings = _split(settings, {"distill", "alpha", "tau"})
+def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, DistillConfig]:
+    own, train_settings = _split(settings, {f.name for f in fields(DistillConfig)})
     train = _build(TrainConfig, train_settings, "finetune")
+    distill = _build(DistillConfig, own, "finetune")
     train.validate()
-    own = {**FINETUNE_DISTILL, **own}
-    if own["distill"] not in KINDS:
-        raise VitpruneError(f"finetune step: unknown distill {own['distill']!r} (choose from: {', '.join(KINDS)})")
-    return train, own
+    distill.validate()
+    return train, distill
 
 
-def _finetune(model: nn.Module, configs: tuple[TrainConfig, dict[str, Any]], ctx: _Context) -> tuple[nn.Module, dict]:
+def _finetune(model: nn.Module, configs: tuple[TrainConfig, DistillConfig], ctx: _Context) -> tuple[nn.Module, dict]:
     train, distill = configs
     student = copy.deepcopy(model)
-    finetune_pruned(student, ctx.train_set, ctx.val_set, train, teacher=ctx.teacher, distill=distill["distill"],
-                    alpha=distill["alpha"], tau=distill["tau"], run_dir=ctx.step_dir / "run", device=ctx.device,
+    finetune_pruned(student, ctx.train_set, ctx.val_set, train, teacher=ctx.teacher, distill=distill.distill,
+                    alpha=distill.alpha, tau=distill.tau, run_dir=ctx.step_dir / "run", device=ctx.device,
                     progress=ctx.progress, resume=ctx.resume)
-    return student, {**distill, "epochs": train.epochs}
+    return student, {**asdict(distill), "epochs": train.epochs}
 
 
 class _Method(NamedTuple):
@@ -431,18 +425,18 @@ class _Method(NamedTuple):
 
 
 _METHODS: dict[str, _Method] = {
-    "depth": _Method("attention, activation (block indices), identity, fold_norm, output_gelu",
-                     _depth_config, _depth),
+    "depth": _Method("DepthConfig's fields: attention, activation (block indices), identity, fold_norm, "
+                     "output_gelu", _depth_config, _depth),
     "hetdpt": _Method("budget, split ([A, G] or 'auto'), predictor (an earlier run's predictor.json), preset, "
                       "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields", _hetdpt_config, _hetdpt),
-    "width": _Method("ratio or target_macs (with convention), importance, heads, embed, isomorphic, round_to, "
-                     "batches",
-                     _width_config, _width),
+    "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, embed, "
+                     "isomorphic, round_to, batches", _width_config, _width),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp),
     "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star),
     "hiap": _Method("TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)",
                     _hiap_config, _hiap),
-    "finetune": _Method("TrainConfig's fields (epochs required), distill (default none), alpha, tau",
+    "finetune": _Method("TrainConfig's fields (epochs required) and DistillConfig's: distill (default none), alpha, "
+                        "tau",
                         _finetune_config, _finetune),
 }
 #: Step methods and what their settings are.

@@ -24,6 +24,10 @@ ATTENTION_IDENTITIES: dict[str, str] = {
     "norm": "x + LN1(x): attention replaced by the identity inside the branch (HetDPT's reference code; default)",
     "skip": "x: the whole attention branch dropped",
 }
+#: :data:`ATTENTION_IDENTITIES` in one line, for an option's help.
+IDENTITY_HELP = "What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x."
+#: ``output_gelu`` of :func:`prune_depth` in one line, for an option's help.
+OUTPUT_GELU_HELP = "Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."
 
 #: Activations the compatibility option may put on a block's output.
 _OUTPUT_ACTIVATIONS = {"gelu": nn.GELU}

@@ -51,6 +51,9 @@ MODEL_DIR = "model"
 STATE_FILE = "state.pt"
 METRICS_FILE = "metrics.jsonl"
 
+#: The optimizers a run can use.
+OPTIMIZERS = ("adamw", "sgd")
+
 #: ``criterion(images, outputs, targets) -> loss``; images are passed so a distillation loss can run its teacher.
 Criterion = Callable[[torch.Tensor, Any, torch.Tensor], torch.Tensor]
 
@@ -62,20 +65,20 @@ class TrainConfig:
     epochs: int = setting(min=1, help="Training epochs.")
     lr: float = setting(5e-4, help="Peak learning rate (after warm-up).")
     batch_size: int = setting(64, short="-b", min=1, help="Global batch (split over processes).")
-    optimizer: str = "adamw"
-    momentum: float = 0.9
-    weight_decay: float = 0.05
-    warmup_epochs: float = 0.0
-    min_lr: float = 0.0
-    label_smoothing: float = 0.0
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    clip_grad: float | None = None
-    accum_steps: int = 1
-    amp: bool = True
-    ema_decay: float | None = None
+    optimizer: str = setting("adamw", choices=OPTIMIZERS, help="Optimizer.")
+    momentum: float = setting(0.9, help="SGD momentum.")
+    weight_decay: float = setting(0.05, help="Weight decay.")
+    warmup_epochs: float = setting(0.0, help="Linear warm-up epochs.")
+    min_lr: float = setting(0.0, help="Learning rate the cosine schedule ends at.")
+    label_smoothing: float = setting(0.0, help="Label smoothing.")
+    mixup_alpha: float = setting(0.0, flag="--mixup", min=0.0, help="timm mixup alpha (0: off).")
+    cutmix_alpha: float = setting(0.0, flag="--cutmix", min=0.0, help="timm cutmix alpha (0: off).")
+    clip_grad: float | None = setting(None, help="Max gradient norm.")
+    accum_steps: int = setting(1, min=1, help="Micro-batches per optimisation step.")
+    amp: bool = setting(True, help="Mixed precision on CUDA (ignored on CPU).")
+    ema_decay: float | None = setting(None, help="Keep an EMA of the weights with this decay.")
     seed: int = setting(0, help="Seed of initialisation, data order and augmentation.")
-    checkpoint_every: int = 0
+    checkpoint_every: int = setting(0, min=0, help="Steps between checkpoints (0: epochs).")
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""
@@ -84,7 +87,7 @@ class TrainConfig:
             (self.lr > 0, f"learning rate must be positive, got {self.lr}"),
             (self.batch_size >= 1, f"batch size must be at least 1, got {self.batch_size}"),
             (self.accum_steps >= 1, f"accumulation steps must be at least 1, got {self.accum_steps}"),
-            (self.optimizer in ("adamw", "sgd"), f"unknown optimizer {self.optimizer!r} (use adamw or sgd)"),
+            (self.optimizer in OPTIMIZERS, f"unknown optimizer {self.optimizer!r} (use adamw or sgd)"),
             (self.ema_decay is None or 0 < self.ema_decay < 1, f"EMA decay must lie in (0, 1), got {self.ema_decay}"),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0 (0: at epoch ends only)"),
             (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),

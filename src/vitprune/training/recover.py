@@ -2,29 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from rich.console import Console
 from torch import nn
 from torch.utils.data import Dataset
 
+from vitprune.config import setting
 from vitprune.errors import VitpruneError
-from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
+from vitprune.training.distill import KINDS, DistillationLoss, make_teacher, use_distillation_head
 from vitprune.training.distributed import DistContext, init_distributed
 from vitprune.training.engine import TrainConfig, Trainer
 from vitprune.training.progress import training_progress
 
 
-#: The distillation settings of a fine-tune, by default: ``vitprune finetune`` and a chain's ``finetune`` step take
-#: theirs from here (distillation is asked for, since it needs a teacher).
-FINETUNE_DISTILL: dict[str, Any] = {"distill": "none", "alpha": 0.5, "tau": 1.0}
+@dataclass
+class DistillConfig:
+    """A fine-tune's distillation: ``vitprune finetune`` and a chain's ``finetune`` step take theirs from here (none
+    unless asked for, since it needs a teacher)."""
+
+    distill: str = setting("none", choices=KINDS, help="Distillation from the teacher: soft (KL) or hard (DeiT).")
+    alpha: float = setting(0.5, help="Weight of the distillation term.")
+    tau: float = setting(1.0, help="Temperature of soft distillation.")
+
+    def validate(self) -> None:
+        """Raise a one-line error for settings that cannot run."""
+        if self.distill not in KINDS:
+            raise VitpruneError(f"unknown distill {self.distill!r} (choose from: {', '.join(KINDS)})")
 
 
 def finetune_pruned(student: nn.Module, train_set: Dataset, val_set: Dataset | None, config: TrainConfig, *,
-                    teacher: nn.Module | None = None, distill: str = FINETUNE_DISTILL["distill"],
-                    alpha: float = FINETUNE_DISTILL["alpha"], tau: float = FINETUNE_DISTILL["tau"],
+                    teacher: nn.Module | None = None, distill: str = DistillConfig.distill,
+                    alpha: float = DistillConfig.alpha, tau: float = DistillConfig.tau,
                     run_dir: str | Path | None = None, device: torch.device | str | None = None,
                     dist: DistContext | None = None, progress: bool = False, resume: bool = False,
                     console: Console | None = None) -> list[dict]:

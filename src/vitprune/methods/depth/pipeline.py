@@ -3,21 +3,47 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from vitprune.config import setting
+from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
-from vitprune.surgery import prune_depth
+from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, prune_depth
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_depth"
+
+
+@dataclass
+class DepthConfig:
+    """Which layers go and how (:func:`~vitprune.surgery.prune_depth`'s settings)."""
+
+    attention: list[int] = setting(default_factory=list,
+                                   help="Blocks whose attention sublayer goes, e.g. 0,3,7,8,11.")
+    activation: list[int] = setting(default_factory=list,
+                                    help="Blocks whose MLP activation goes (fc1 and fc2 merge).")
+    identity: str = setting("norm", choices=ATTENTION_IDENTITIES, help=IDENTITY_HELP)
+    fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
+    output_gelu: bool = setting(False, flag="--output-gelu", help=OUTPUT_GELU_HELP)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Fail at once on a config that prunes nothing or names an unknown identity (indices are checked against
+        the model by :func:`~vitprune.surgery.prune_depth`)."""
+        if not self.attention and not self.activation:
+            raise VitpruneError("nothing to prune: give attention and/or activation block indices")
+        if self.identity not in ATTENTION_IDENTITIES:
+            raise VitpruneError(f"unknown identity {self.identity!r} (choose from: {', '.join(ATTENTION_IDENTITIES)})")
 
 
 @dataclass
@@ -40,16 +66,18 @@ class DepthReport(Report):
     speed: dict[str, Any] | None
 
 
-def run_depth(model: nn.Module, attention: Sequence[int] = (), activation: Sequence[int] = (), *, out: str | Path,
-              name: str | None = None, identity: str = "norm", fold_norm: bool = False, output_gelu: bool = False,
+def run_depth(model: nn.Module, config: DepthConfig, *, out: str | Path, name: str | None = None,
               speed: SpeedConfig = SpeedConfig(), device: torch.device | str | None = None,
               progress: bool = False) -> DepthReport:
-    """Remove the attention of blocks ``attention`` and the activation of blocks ``activation`` from a copy of
-    ``model`` (:func:`~vitprune.surgery.prune_depth`), save it to ``out`` and time it against ``model``; returns the
-    report (``name``: the starting checkpoint's, for the report)."""
+    """Remove the attention of blocks ``config.attention`` and the activation of blocks ``config.activation`` from a
+    copy of ``model`` (:func:`~vitprune.surgery.prune_depth`), save it to ``out`` and time it against ``model``;
+    returns the report (``name``: the starting checkpoint's, for the report)."""
+    config.validate()
+    speed.validate()
     pruned = copy.deepcopy(model)
-    prune_depth(pruned, attention, activation, identity=identity, fold_norm=fold_norm, output_gelu=output_gelu)
-    report = DepthReport(model=name, out=str(out), attention=sorted(attention), activation=sorted(activation),
-                         identity=identity, fold_norm=fold_norm, output_gelu=output_gelu,
+    prune_depth(pruned, config.attention, config.activation, identity=config.identity, fold_norm=config.fold_norm,
+                output_gelu=config.output_gelu)
+    report = DepthReport(model=name, out=str(out), **{**config.to_dict(), "attention": sorted(config.attention),
+                                                      "activation": sorted(config.activation)},
                          before=count_macs(model).totals(), after=count_macs(pruned).totals(), speed=None)
     return save_and_time(report, METADATA_KEY, pruned, model, speed, device=device, progress=progress)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
+from vitprune.config import setting
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
@@ -39,7 +40,7 @@ from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.surgery import (
-    ATTENTION_IDENTITIES, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
+    ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
 )
 from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
 
@@ -50,12 +51,12 @@ FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 @dataclass
 class HetDPTConfig:
-    """Every setting of the pipeline; :func:`preset` gives tested starting points."""
+    """Every setting of the pipeline; :func:`preset` gives tested starting points, :func:`configure` changes them."""
 
     #: What a removed attention leaves (:data:`vitprune.surgery.ATTENTION_IDENTITIES`).
-    identity: str = "norm"
+    identity: str = setting("norm", choices=ATTENTION_IDENTITIES, help=IDENTITY_HELP)
     #: The reference code's GELU after blocks that lost both layers (compatibility only).
-    output_gelu: bool = False
+    output_gelu: bool = setting(False, flag="--output-gelu", help=OUTPUT_GELU_HELP)
     # Step 1: predictor data and fit.
     #: Fast fine-tune after each removal while collecting predictor data.
     probe: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, lr=5e-5, batch_size=128))
@@ -71,16 +72,16 @@ class HetDPTConfig:
     #: Which type the interleaved sweep removes first in each round.
     interleaved_order: str = "attention-first"
     degrees: tuple[int, ...] = (1, 2, 3, 4)
-    min_per_type: int = 0
+    min_per_type: int = setting(0, min=0, help="Predictor search: remove at least this many of each type.")
     # Step 2: learnable importance.
     search: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=20, lr=5e-5, batch_size=128))
     prune_fraction: float = 0.5
     #: Restrict each type to its ``shortlist`` lowest-TE layers (``None``: every layer is a candidate).
-    shortlist: int | None = None
+    shortlist: int | None = setting(None, min=1, help="Step 2 chooses among each type's N lowest-TE layers.")
     # Stage 2: fine-tuning (``None``: prune and merge only, e.g. when a chain fine-tunes later).
     finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(epochs=100, lr=5e-5, batch_size=128,
                                                                       warmup_epochs=5))
-    distill: str = "none"
+    distill: str = setting("none", choices=KINDS, help="Self-distillation from the unpruned model in Stage 2.")
     alpha: float = 0.5
     tau: float = 1.0
     #: Stage 2 starts from the ``original`` weights (the reference code) or from the Step-2 ``search`` ones.
@@ -153,22 +154,43 @@ def preset(name: str) -> HetDPTConfig:
     raise VitpruneError(f"unknown HetDPT preset {name!r} (choose from: digits, imagenet)")
 
 
-def configure(name: str, *, epochs: int | None = None, search_epochs: int | None = None,
-              probe_epochs: int | None = None, lr: float | None = None, batch_size: int | None = None,
-              distill: str | None = None, **overrides: Any) -> HetDPTConfig:
-    """A :func:`preset` with the command line's overrides applied (``None`` keeps the preset's value)."""
-    config = preset(name)
-    if batch_size is not None:
-        config.probe, config.search, config.finetune = (replace(c, batch_size=batch_size) for c in
-                                                        (config.probe, config.search, config.finetune))
-    for stage, value in (("probe", probe_epochs), ("search", search_epochs), ("finetune", epochs)):
-        if value is not None:
-            setattr(config, stage, replace(getattr(config, stage), epochs=value))
-    if lr is not None:
-        config.finetune = replace(config.finetune, lr=lr)
-    if distill is not None:
-        config.distill = distill
-    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+@dataclass(frozen=True)
+class StageOverrides:
+    """Shortcuts into a preset's stage configs (``None``: the preset's value), for :func:`configure`."""
+
+    epochs: int | None = setting(None, min=1, help="Stage-2 fine-tuning epochs.")
+    search_epochs: int | None = setting(None, min=1, help="Step-2 importance epochs.")
+    probe_epochs: int | None = setting(None, min=1, help="Fast fine-tune epochs per predictor point.")
+    lr: float | None = setting(None, help="Stage-2 peak learning rate.")
+    batch_size: int | None = setting(None, short="-b", min=1, help="Batch for every stage.")
+
+    def apply(self, config: HetDPTConfig) -> HetDPTConfig:
+        """``config`` with these changes."""
+        stages = {"probe": config.probe, "search": config.search, "finetune": config.finetune}
+        changes = {"probe": {"epochs": self.probe_epochs}, "search": {"epochs": self.search_epochs},
+                   "finetune": {"epochs": self.epochs, "lr": self.lr}}
+        for stage, train in stages.items():
+            given = {k: v for k, v in {**changes[stage], "batch_size": self.batch_size}.items() if v is not None}
+            if train is not None and given:
+                stages[stage] = replace(train, **given)
+        return replace(config, **stages)
+
+
+#: The :class:`StageOverrides` that reach Steps 1 and 2 (a HetDPT run without its own Stage 2, such as a chain
+#: step, takes only these).
+STEP_OVERRIDES = ("probe_epochs", "search_epochs", "batch_size")
+
+
+def configure(name: str, **settings: Any) -> HetDPTConfig:
+    """:func:`preset` ``name`` changed by ``settings``: :class:`StageOverrides`' fields and :class:`HetDPTConfig`'s
+    own (a ``None`` keeps the preset's value). The command line's options are these names."""
+    stage_names = {f.name for f in fields(StageOverrides)}
+    config = StageOverrides(**{k: v for k, v in settings.items() if k in stage_names}).apply(preset(name))
+    changes = {k: v for k, v in settings.items() if k not in stage_names and v is not None}
+    unknown = sorted(set(changes) - {f.name for f in fields(HetDPTConfig)})
+    if unknown:
+        raise VitpruneError(f"unknown HetDPT setting(s) {', '.join(unknown)}")
+    return replace(config, **changes)
 
 
 def parse_split(text: str) -> tuple[int, int] | None:

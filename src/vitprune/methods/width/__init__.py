@@ -2,7 +2,7 @@
 
 from vitprune.methods.width.isomorphic import (IMPORTANCES, WidthPlan, apply_width, plan_width, prune_width,
                                               prune_width_to_macs)
-from vitprune.methods.width.pipeline import WidthReport, run_width
+from vitprune.methods.width.pipeline import WidthConfig, WidthReport, run_width
 
-__all__ = ["IMPORTANCES", "WidthPlan", "WidthReport", "apply_width", "plan_width", "prune_width",
+__all__ = ["IMPORTANCES", "WidthConfig", "WidthPlan", "WidthReport", "apply_width", "plan_width", "prune_width",
            "prune_width_to_macs", "run_width"]
