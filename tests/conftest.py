@@ -44,14 +44,23 @@ SUPPORTED_MODELS += [
     ("hf_deit_teacher", "hf:DeiTForImageClassificationWithTeacher", HF_TINY, True),
 ]
 
+#: vitprune's own families (``vitprune:`` then the model name), with tiny configurations of the same classes.
+LVVIT_TINY = {"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 12, "num_heads": 4, "stem_channels": 8,
+              "num_classes": 10}
+SUPPORTED_MODELS += [
+    ("lvvit_tiny", "vitprune:lvvit-s", LVVIT_TINY, True),
+]
+
 #: The fast rows, for tests that build many models: one, two and zero-plus-registers prefix tokens, LayerScale,
 #: and each Hugging Face classifier.
 SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[3]]
 
 
 def _family(name: str) -> type:
-    from vitprune.adapters import HFViTAdapter, TimmViTAdapter
+    from vitprune.adapters import HFViTAdapter, LVViTAdapter, TimmViTAdapter
 
+    if name.startswith(VITPRUNE_PREFIX):
+        return LVViTAdapter
     return HFViTAdapter if name.startswith(HF_PREFIX) else TimmViTAdapter
 
 
@@ -117,13 +126,19 @@ def trained_digits(request):
 
 
 HF_PREFIX = "hf:"
+VITPRUNE_PREFIX = "vitprune:"
 _HF_SAVES: dict[tuple, Path] = {}
 
 
 def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
-    """A randomly initialised model in eval mode (deterministic for a seed): a timm model, or for ``hf:CLASS`` a
-    transformers classifier built from ``kwargs`` as its config, saved with ``save_pretrained`` and loaded from
-    there as a user's model is (with its recipe)."""
+    """A randomly initialised model in eval mode (deterministic for a seed): a timm model, for ``vitprune:NAME`` one
+    of vitprune's own (with its recipe), or for ``hf:CLASS`` a transformers classifier built from ``kwargs`` as its
+    config, saved with ``save_pretrained`` and loaded from there as a user's model is (with its recipe)."""
+    if name.startswith(VITPRUNE_PREFIX):
+        from vitprune.models import create_model
+
+        torch.manual_seed(seed)
+        return create_model(name.removeprefix(VITPRUNE_PREFIX), **kwargs).eval()
     if not name.startswith(HF_PREFIX):
         torch.manual_seed(seed)
         return timm.create_model(name, pretrained=False, **kwargs).eval()

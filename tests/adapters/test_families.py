@@ -11,7 +11,7 @@ from timm.layers import GluMlp, LayerScale, SwiGLU
 from timm.models.vision_transformer import ParallelScalingBlock, VisionTransformer
 from torch import nn
 
-from vitprune.adapters import HFViTAdapter, TimmViTAdapter, get_adapter
+from vitprune.adapters import HFViTAdapter, LVViTAdapter, TimmViTAdapter, get_adapter
 from vitprune.surgery import prune_depth
 from vitprune.errors import UnsupportedArchitectureError
 
@@ -28,6 +28,8 @@ EXPECTED = {
     "hf:ViTForImageClassification": (HFViTAdapter, 64, 4, 256, 1, (4, 4), 32, 1, False, True),
     "hf:DeiTForImageClassification": (HFViTAdapter, 64, 4, 256, 2, (4, 4), 32, 1, False, True),
     "hf:DeiTForImageClassificationWithTeacher": (HFViTAdapter, 64, 4, 256, 2, (4, 4), 32, 2, False, False),
+    # The tiny row (LVVIT_TINY): its skip_lam is a LayerScale, and the token-labelling head is a second head.
+    "vitprune:lvvit-s": (LVViTAdapter, 64, 4, 192, 1, (4, 4), 32, 2, True, False),
 }
 
 
@@ -167,6 +169,9 @@ def test_pre_logits_are_what_the_classifier_reads(model_spec):
         assert features.shape == (2, adapter.embed_dim)
         if len(heads) == 1:
             torch.testing.assert_close(heads[0](features), model(x))
+        elif isinstance(adapter, LVViTAdapter):  # the class head, plus half the token-labelling head's maximum
+            patches = model.forward_features(x)[:, adapter.num_prefix_tokens:]
+            torch.testing.assert_close(heads[0](features) + 0.5 * heads[1](patches).amax(dim=1), model(x))
         elif heads:  # a distillation head: the features are the mean of the two tokens (each head reads one)
             normed = model.forward_features(x) if isinstance(adapter, TimmViTAdapter) else \
                 model.hf.base_model(pixel_values=x).last_hidden_state

@@ -126,11 +126,14 @@ def test_unmerged_removal_then_merge_is_exact(small_model_spec, tmp_path):
     name, kwargs = small_model_spec
     model = _tracked(name, kwargs)
     params = count_macs(model).params
-    folded = sum(p.numel() for p in vitprune.get_adapter(model).block(2).ls1.parameters())  # LayerScale folds into LN1
+    view = vitprune.get_adapter(model).block(2)
+    folded = sum(p.numel() for p in view.ls1.parameters())  # LayerScale folds into LN1
+    attention = sum(p.numel() for p in view.attn.module.parameters())
     expected = _assert_pruned_equals_gated(model, [2], [3, 4], merge=False)
     dim = vitprune.get_adapter(model).embed_dim
-    # The unmerged linears keep all their weights: only the attention's go.
-    assert count_macs(model).params == params - (4 * dim * dim + 4 * dim) - folded
+    # The unmerged linears keep all their weights: only the attention's go (q, k, v and proj, with their biases).
+    assert attention == 4 * dim * dim + dim + 3 * dim * (view.attn.qkv.linears[0].bias is not None)
+    assert count_macs(model).params == params - attention - folded
     views = vitprune.get_adapter(model).blocks()
     assert not views[3].mlp.has_activation and not views[3].mlp.merged and views[5].mlp.has_activation
     with pytest.raises(VitpruneError, match="block 3 has no activation left to remove"):

@@ -71,7 +71,8 @@ def test_pruned_stream_runs_counts_right_and_round_trips(small_model_spec, tmp_p
         out = model.eval()(x)
     assert out.shape == (2, adapter.num_classes or len(keep)) and torch.isfinite(out).all()
     report = count_macs(model)
-    assert report.macs < macs_before.macs / 1.8
+    # The stream runs through the blocks (a convolutional stem before it keeps its width).
+    assert sum(b.total() for b in report.blocks) < sum(b.total() for b in macs_before.blocks) / 1.8
     assert report.macs + value_padding_macs(model) == _flop_macs(model)
     assert report.params == sum(p.numel() for p in model.parameters())
     vitprune.save(model, tmp_path / "m")

@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import timm
 from torch import nn
 
 from vitprune.adapters import hf_vit
+from vitprune.adapters.lvvit import LVVIT_CONFIGS, build_lvvit
 from vitprune.errors import RecipeError, VitpruneError, first_line
 from vitprune.models.digits import build_digits_vit
 from vitprune.recipe import (
@@ -21,7 +23,12 @@ from vitprune.recipe import (
 )
 
 #: Models vitprune defines itself, by the name a command takes (``source="vitprune"`` in recipes).
-VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {"digits-vit": build_digits_vit}
+VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {
+    "digits-vit": build_digits_vit,
+    **{name: partial(build_lvvit, name) for name in LVVIT_CONFIGS},
+}
+#: The vitprune model whose weights vitprune trains itself (``pretrained=True``); the others load a checkpoint.
+_TRAINED = "digits-vit"
 
 
 def _build_timm(base: BaseModel) -> nn.Module:
@@ -64,6 +71,9 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.Pa
     if name.startswith(HF_PREFIX):
         return _create_hf(name.removeprefix(HF_PREFIX), local=False, pretrained=pretrained, checkpoint=checkpoint)
     if name in VITPRUNE_MODELS:
+        if pretrained and name != _TRAINED:
+            raise VitpruneError(f"vitprune downloads no weights for {name}: pass --checkpoint with the original "
+                                "checkpoint (a local file), or --no-pretrained for random init")
         if pretrained:
             from vitprune.models.zoo import trained_digits_vit  # the zoo saves with this module's recipes
 
@@ -133,6 +143,8 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
         state = timm.models.load_state_dict(str(path), weights_only=True)
     except Exception as exc:  # torch/safetensors raise many types for a damaged or non-weights file
         raise VitpruneError(f"cannot read checkpoint {path}: {type(exc).__name__}: {first_line(exc)}") from None
+    if hasattr(model, "checkpoint_filter"):  # a family whose original layout differs from its modules' (LV-ViT)
+        state = model.checkpoint_filter(state)
     check_state_dict(model, state, str(path))
     model.load_state_dict(state)
     digest = hashlib.sha256()

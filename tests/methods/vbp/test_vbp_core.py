@@ -30,8 +30,9 @@ def _batches(images, size):
             for i in range(0, len(images), size)]
 
 
-def _captured(model, images, place="post"):
-    """Every hidden activation of every MLP, all tokens flattened, in one tensor per block (the two-pass reference)."""
+def _captured(model, batches, place="post"):
+    """Every hidden activation of every MLP, all tokens flattened, in one tensor per block (the two-pass reference),
+    from the same batches (a convolution's kernel, hence its last bits, may depend on the batch size)."""
     seen = {}
     hooks = []
     views = vitprune.get_adapter(model).blocks()
@@ -43,7 +44,8 @@ def _captured(model, images, place="post"):
             hooks.append(block.mlp.fc1.register_forward_hook(
                 lambda m, a, o, b=block: seen.setdefault(id(b), []).append(o.reshape(-1, o.shape[-1]))))
     with torch.no_grad():
-        model.eval()(images)
+        for images, _ in batches:
+            model.eval()(images)
     for h in hooks:
         h.remove()
     return [torch.cat(seen[id(b)]).double() for b in views]
@@ -55,8 +57,9 @@ def test_statistics_equal_a_two_pass_float64_reference(small_model_spec, place, 
     name, kwargs = small_model_spec
     model = _model(name, kwargs)
     images = _images(model)
-    stats = mlp_statistics(model, _batches(images, batch), place=place)
-    for index, acts in enumerate(_captured(model, images, place)):
+    batches = _batches(images, batch)
+    stats = mlp_statistics(model, batches, place=place)
+    for index, acts in enumerate(_captured(model, batches, place)):
         assert stats[index].count == acts.shape[0]  # every token of every image is a sample
         torch.testing.assert_close(stats[index].mean, acts.mean(0), rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(stats[index].var, acts.var(0, unbiased=True), rtol=1e-9, atol=1e-12)
