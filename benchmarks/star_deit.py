@@ -13,11 +13,13 @@
 Nothing is downloaded. Writes ``<out-dir>/star_deit_<device>.json`` and ``.md``.
 
     python benchmarks/star_deit.py                      # CPU, fp32, batch 16; about 5 minutes
+    python benchmarks/star_deit.py --fit-gamma          # LV-ViT's ACS profiles (ACS_GAMMA) refitted
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from pathlib import Path
@@ -35,14 +37,44 @@ DENSE = {"DeiT-T": ("deit_tiny_patch16_224", 1.3), "DeiT-S": ("deit_small_patch1
          "DeiT-B": ("deit_base_patch16_224", 17.6)}
 #: Paper Table 2: (1-based pruning blocks, base rate r, printed GFLOPs).
 TABLE2 = [([4, 7, 10], 0.5, 7.8), ([5, 8, 10], 0.7, 11.0), ([4, 7, 10], 0.7, 10.2)]
-#: notes/star.md §1.10: gamma of the normalised ACS profile ``(l/(L-1))^gamma`` fitted to the paper's GFLOPs.
-ACS_GAMMA = {"DeiT-B": 0.6, "DeiT-S": 0.56, "DeiT-T": 0.42}
+#: LV-ViT (vitprune's model, STAR Tables 1, 5 and 7): its name, the dense GFLOPs printed and, per rho, the static
+#: schedule's GFLOPs printed with where (Table 5 sweeps rho; Tables 1 and 7 use 0.65 for S and 0.8 for M). STAR's
+#: code runs LV-ViT with its class head alone (notes/star.md §1): :data:`LVVIT_KWARGS` builds it so.
+LVVIT_KWARGS = {"aux_head": False}
+LVVIT = {
+    "LV-ViT-S": ("lvvit-s", 6.5, {0.9: (5.0, "Table 5"), 0.8: (4.0, "Table 5"), 0.7: (3.4, "Table 5"),
+                                  0.65: (3.2, "Tables 1, 7"), 0.6: (3.0, "Table 5")}),
+    "LV-ViT-M": ("lvvit-m", 12.6, {0.9: (8.8, "Table 5"), 0.8: (6.7, "Tables 1, 5, 7"), 0.7: (5.5, "Table 5"),
+                                   0.6: (4.7, "Table 5")}),
+}
+#: gamma of the normalised ACS profile ``(l/(L-1))^gamma`` fitted to the paper's GFLOPs: DeiT's from notes/star.md
+#: §1.10 (Table 4); LV-ViT's fitted here to its printed rows (:func:`fit_gamma`, ``--fit-gamma``: least squares over
+#: 0.20-1.00 by 0.05; the note fits no LV-ViT profile).
+ACS_GAMMA = {"DeiT-B": 0.6, "DeiT-S": 0.56, "DeiT-T": 0.42, "LV-ViT-S": 0.45, "LV-ViT-M": 0.5}
 
 
 def fitted_acs(blocks: int, gamma: float) -> list[float]:
     """The note's fitted ACS profile ``(l/(L-1))^gamma``: it stands in for the trained model's measured ACS, which
     random weights cannot give."""
     return [(i / (blocks - 1)) ** gamma for i in range(blocks)]
+
+
+def static_star(model: torch.nn.Module, gamma: float, rho: float) -> tuple[torch.nn.Module, list[float]]:
+    """A copy of ``model`` under STAR's static schedule at ``rho`` for the profile :func:`fitted_acs` ``gamma``,
+    tokens ranked by [CLS] attention alone, and the schedule's keep rates."""
+    pruned = copy.deepcopy(model)
+    rates = keep_rates(fitted_acs(len(vitprune.get_adapter(pruned).blocks()), gamma), rho)
+    apply_keep_rates(pruned, rates, alpha=1.0)
+    return pruned, rates
+
+
+def fit_gamma(name: str, printed: dict[float, float], grid: list[float]) -> tuple[float, dict[float, float]]:
+    """The ``gamma`` of ``grid`` whose schedules come closest (least squares) to ``printed`` GFLOPs per rho on
+    vitprune model ``name`` (as STAR runs it: :data:`LVVIT_KWARGS`), with its GMACs per rho."""
+    model = vitprune.create_model(name, **LVVIT_KWARGS)
+    fits = {gamma: {rho: count_macs(static_star(model, gamma, rho)[0]).macs / 1e9 for rho in printed} for gamma in grid}
+    best = min(fits, key=lambda g: sum((fits[g][rho] - p) ** 2 for rho, p in printed.items()))
+    return best, fits[best]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lrp-images", type=int, default=2, help="images per LRP timing (one batch)")
     parser.add_argument("--lrp-classes", type=int, default=2)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--fit-gamma", action="store_true",
+                        help="only fit LV-ViT's ACS profiles to the paper's rows and print them (about 30 s)")
     return parser.parse_args(argv)
 
 
@@ -76,10 +110,7 @@ def structure() -> dict[str, Any]:
 def speed(args: argparse.Namespace) -> dict[str, Any]:
     """Paired speedup of the token-pruned DeiT-S over dense."""
     dense = vitprune.create_model("deit_small_patch16_224")
-    pruned = vitprune.create_model("deit_small_patch16_224")
-    pruned.load_state_dict(dense.state_dict())
-    rates = keep_rates(fitted_acs(len(vitprune.get_adapter(pruned).blocks()), ACS_GAMMA["DeiT-S"]), args.rho)
-    apply_keep_rates(pruned, rates, alpha=1.0)
+    pruned, rates = static_star(dense, ACS_GAMMA["DeiT-S"], args.rho)
     mac_ratio = count_macs(dense).macs / count_macs(pruned).macs
     comparison = compare_speed(pruned, dense, batch_size=args.batch_size, device=args.device,
                                dtype=DTYPES[args.dtype], warmup=args.warmup, pairs=args.pairs,
@@ -155,6 +186,12 @@ def to_markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run all three parts and write the results."""
     args = parse_args(argv)
+    if args.fit_gamma:
+        for label, (name, _, rows) in LVVIT.items():
+            gamma, gmacs = fit_gamma(name, {rho: printed for rho, (printed, _) in rows.items()},
+                                     [round(0.05 * i, 2) for i in range(4, 21)])
+            print(f"{label}: gamma {gamma}; GMACs " + ", ".join(f"rho {r}: {g:.2f}" for r, g in gmacs.items()))
+        return
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "structure": structure(), "speed": speed(args),
               "lrp": lrp_cost(args)}
     write_results(args.out_dir, results_stem("star_deit", args.device, args.dtype), report, to_markdown(report))

@@ -43,13 +43,12 @@ import torch
 from depth_speed import CONFIGS
 from hiap_deit import DESCRIBED, described_gates
 from profile_deit import DTYPES, MODELS, results_stem, write_results
-from star_deit import ACS_GAMMA, fitted_acs
+from star_deit import ACS_GAMMA, fitted_acs, static_star
 from torch import nn
 
 import vitprune
 from vitprune.measure import CONVENTIONS, compare_speed, count_macs
 from vitprune.methods.hiap import extract, layer_shapes
-from vitprune.methods.star import apply_keep_rates, keep_rates
 from vitprune.methods.width import prune_width_to_macs
 from vitprune.plotting import figure, save_figure
 from vitprune.surgery import prune_depth, prune_mlp_neurons
@@ -148,12 +147,9 @@ def _vbp(start: _Start) -> tuple[nn.Module, str, dict[str, Any]]:
 
 
 def _star(start: _Start) -> tuple[nn.Module, str, dict[str, Any]]:
-    model = copy.deepcopy(start.dense)
-    blocks = len(vitprune.get_adapter(model).blocks())
     gamma = ACS_GAMMA[start.label]
-    acs = fitted_acs(blocks, gamma)
-    rates = keep_rates(acs, STAR_RHO)
-    apply_keep_rates(model, rates, alpha=1.0)
+    model, rates = static_star(start.dense, gamma, STAR_RHO)
+    acs = fitted_acs(len(rates), gamma)
     text = (f"static STAR, rho {STAR_RHO}, alpha 1 ([CLS] attention); keep rates from the ACS profile "
             f"(l/(L-1))^{gamma} (STAR note §1.10): {' '.join(f'{r:.2f}' for r in rates)}")
     return model, text, {"rho": STAR_RHO, "gamma": gamma, "acs_profile": acs, "keep_rates": rates, "alpha": 1.0}
