@@ -91,14 +91,29 @@ def test_a_mismatched_checkpoint_names_the_first_bad_key(tmp_path):
         vitprune.create_model("lvvit-s", checkpoint=tmp_path / "wide.pth", **LVVIT_TINY)
 
 
-def test_star_with_the_lrp_prior_is_refused_before_any_work(tmp_path):
+def test_star_with_the_lrp_prior_is_refused_before_any_work_and_names_the_class_head_models(tmp_path):
     """Its output adds the token-labelling head's maximum to the class head, so relevance has no single [CLS] path;
-    STAR with alpha 1 ([CLS] attention alone) runs (tests/methods/test_families_end_to_end.py)."""
+    STAR with alpha 1 ([CLS] attention alone) runs (tests/methods/test_families_end_to_end.py), and so does the
+    LRP prior on the class head alone (tests/methods/star/test_lrp.py)."""
     model = vitprune.create_model("lvvit-s", **LVVIT_TINY)
     with pytest.raises(UnsupportedArchitectureError, match="STAR needs to propagate LRP relevance through its "
-                                                           "blocks, which vitprune cannot do on lvvit models"):
+                                                           "blocks, which vitprune cannot do on lvvit models with the "
+                                                           "token-labelling head; lvvit-s-cls and lvvit-m-cls keep"):
         run_star(model, None, None, run_dir=tmp_path / "x", config=STARConfig(alpha=0.3))
     assert not (tmp_path / "x").exists()
+    assert "lrp" in vitprune.get_adapter(vitprune.create_model("lvvit-s-cls", **LVVIT_TINY)).capabilities
+
+
+def test_the_class_head_model_loads_an_original_checkpoint_without_its_token_labelling_head(tmp_path):
+    state = _original_state()
+    torch.save(state, tmp_path / "lvvit.pth")
+    model = vitprune.create_model("lvvit-s-cls", checkpoint=tmp_path / "lvvit.pth", **LVVIT_TINY)
+    x = torch.randn(2, *vitprune.get_adapter(model).input_size)
+    cls_only = {k: v for k, v in state.items() if not k.startswith("aux_head.")}
+    with torch.no_grad():
+        features = model.forward_features(x)
+        torch.testing.assert_close(model(x), F.linear(features[:, 0], cls_only["head.weight"], cls_only["head.bias"]))
+    assert vitprune.get_adapter(model).classifier_heads() == [model.head]
 
 
 @pytest.mark.slow

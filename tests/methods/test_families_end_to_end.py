@@ -17,10 +17,12 @@ pytest.importorskip("torch_pruning")
 pytest.importorskip("onnxruntime")
 
 
-#: Each family's tiny model, at four blocks and one input channel (the digits).
+#: Each family's tiny model, at four blocks and one input channel (the digits); LV-ViT with its token-labelling
+#: head and with its class head alone (which STAR's LRP prior needs).
 FAMILIES = {
     "hf": ("hf:ViTForImageClassification", {**HF_TINY, "num_hidden_layers": 4, "num_channels": 1}),
     "lvvit": ("vitprune:lvvit-s", {**LVVIT_TINY, "depth": 4, "in_chans": 1}),
+    "lvvit_cls": ("vitprune:lvvit-s-cls", {**LVVIT_TINY, "depth": 4, "in_chans": 1}),
 }
 
 

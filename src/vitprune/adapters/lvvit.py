@@ -10,7 +10,8 @@ edit applies unchanged:
   and M, a power of two, so the product is bit for bit the division);
 - the token-labelling head: at inference the class logits plus half the maximum over patch tokens of the
   auxiliary per-token logits, as the original code's evaluation path computes them. vitprune trains the same
-  output (it has no token-labelling loss).
+  output (it has no token-labelling loss). ``aux_head=False`` (the ``-cls`` models) keeps the class head alone, as
+  STAR's code runs LV-ViT; only then can relevance be propagated (LRP).
 
 The original layer names are kept, so an original checkpoint loads after :meth:`LVViT.checkpoint_filter` adds the
 constant LayerScales.
@@ -28,6 +29,7 @@ from torch import nn
 
 from vitprune.adapters.base import CAPABILITIES
 from vitprune.adapters.timm_vit import TimmViTAdapter
+from vitprune.errors import UnsupportedArchitectureError
 
 #: The released configurations: LV-ViT-S and LV-ViT-M (width, depth, heads, MLP ratio 3, skip_lam 2).
 LVVIT_CONFIGS: dict[str, dict[str, Any]] = {
@@ -91,8 +93,8 @@ class LVViT(VisionTransformer):
 
     def checkpoint_filter(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """An original LV-ViT state dict in this model's layout: the constant LayerScales added where it has none
-        (the other names are the original's)."""
-        state = dict(state)
+        (the other names are the original's), the token-labelling head dropped where this model has none."""
+        state = {k: v for k, v in state.items() if self.aux_head is not None or not k.startswith("aux_head.")}
         for i, block in enumerate(self.blocks):
             for name in ("ls1", "ls2"):
                 key = f"blocks.{i}.{name}.gamma"
@@ -103,7 +105,7 @@ class LVViT(VisionTransformer):
 
 def build_lvvit(name: str, **kwargs: Any) -> LVViT:
     """LV-ViT ``name`` (a key of :data:`LVVIT_CONFIGS`) with random weights; ``kwargs`` override its configuration
-    (``img_size``, ``patch_size``, ``stem_channels``, ``depth``, ``num_classes``, ...)."""
+    (``img_size``, ``patch_size``, ``stem_channels``, ``depth``, ``num_classes``, ``aux_head``, ...)."""
     model = LVViT(**{**LVVIT_CONFIGS[name], **kwargs})
     model.pretrained_cfg = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
                             "crop_pct": _CROP_PCT[name], "input_size": (3, *model.patch_embed.img_size)}
@@ -113,14 +115,29 @@ def build_lvvit(name: str, **kwargs: Any) -> LVViT:
 class LVViTAdapter(TimmViTAdapter):
     """LV-ViT: timm's ViT adapter, with the convolutional stem's input and the token-labelling head.
 
-    Its output mixes the class head with the auxiliary head's maximum over patch tokens, so relevance does not
-    flow from one [CLS] token to one head: STAR's LRP prior is not available (STAR with ``alpha=1`` is).
+    With the token-labelling head the output mixes the class head with its maximum over patch tokens, so relevance
+    does not flow from one [CLS] token to one head: STAR's LRP prior is not available (STAR with ``alpha=1`` is).
+    With the class head alone (``aux_head=False``) it is.
     """
 
     family = "lvvit"
+    #: With the token-labelling head; a model without it also has ``lrp`` (see ``__init__``).
     capabilities = frozenset(CAPABILITIES) - {"lrp"}
     family_modules = ("vitprune.adapters.lvvit",)
     family_attributes = frozenset({"aux_head", "skip_lam", "checkpoint_filter"})
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        if model.aux_head is None:
+            self.capabilities = frozenset(CAPABILITIES)
+
+    def require(self, *needed: str, by: str) -> None:
+        try:
+            super().require(*needed, by=by)
+        except UnsupportedArchitectureError as exc:
+            raise UnsupportedArchitectureError(
+                f"{exc} with the token-labelling head; lvvit-s-cls and lvvit-m-cls keep the class head alone, as "
+                "STAR's code runs LV-ViT") from None
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

@@ -26,6 +26,8 @@ from vitprune.recipe import (
 VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {
     "digits-vit": build_digits_vit,
     **{name: partial(build_lvvit, name) for name in LVVIT_CONFIGS},
+    # The class head alone, as STAR's code runs LV-ViT (and its LRP prior needs).
+    **{f"{name}-cls": partial(build_lvvit, name, aux_head=False) for name in LVVIT_CONFIGS},
 }
 #: The vitprune model whose weights vitprune trains itself (``pretrained=True``); the others load a checkpoint.
 _TRAINED = "digits-vit"

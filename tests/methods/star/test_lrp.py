@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import HF_TINY, build, tracked
+from conftest import HF_TINY, LVVIT_TINY, build, tracked
 
 import vitprune
 from vitprune.errors import UnsupportedArchitectureError
@@ -23,13 +23,15 @@ def _images(model, n=3):
 
 
 HF_SMALL = {**HF_TINY, "num_hidden_layers": 2}
+#: LV-ViT with its class head alone (as STAR's code runs it): its stem, skip_lam LayerScales and ``eps`` differ.
+LVVIT_CLS = ("vitprune:lvvit-s-cls", {**LVVIT_TINY, "depth": 2})
 
 
 @pytest.mark.parametrize("name, kwargs", [("deit_tiny_patch16_224", {"depth": 2}),
                                           ("vit_small_patch14_dinov2", {"depth": 2, "img_size": 56}),
                                           ("hf:ViTForImageClassification", HF_SMALL),
-                                          ("hf:DeiTForImageClassification", HF_SMALL)],
-                         ids=["deit", "dinov2-ls", "hf_vit", "hf_deit"])
+                                          ("hf:DeiTForImageClassification", HF_SMALL), LVVIT_CLS],
+                         ids=["deit", "dinov2-ls", "hf_vit", "hf_deit", "lvvit_cls"])
 def test_traced_forward_is_the_models_forward(name, kwargs):
     model = tracked(name, kwargs)
     x = _images(model, n=2)
@@ -39,10 +41,11 @@ def test_traced_forward_is_the_models_forward(name, kwargs):
     assert len(traces) == 2 and traces[0].attn.shape[-1] == traces[0].x.shape[1]
 
 
-@pytest.mark.parametrize("family", ["timm", "hf"])
+@pytest.mark.parametrize("family", ["timm", "hf", "lvvit"])
 def test_relevance_is_conserved_from_the_logit_to_the_tokens(family):
-    model = _small() if family == "timm" else tracked("hf:ViTForImageClassification", {**HF_SMALL,
-                                                                                         "num_hidden_layers": 3})
+    others = {"hf": ("hf:ViTForImageClassification", {**HF_SMALL, "num_hidden_layers": 3}),
+              "lvvit": (LVVIT_CLS[0], {**LVVIT_CLS[1], "depth": 3})}
+    model = _small() if family == "timm" else tracked(*others[family])
     x = _images(model)
     with torch.no_grad():
         logits, traces, pooled = traced_forward(model, x)
@@ -93,6 +96,7 @@ def test_lrp_rejects_what_it_cannot_follow():
     distilled = vitprune.track(build("deit_tiny_distilled_patch16_224", {"depth": 1}),
                                "deit_tiny_distilled_patch16_224", depth=1)
     teacher = tracked("hf:DeiTForImageClassificationWithTeacher", HF_SMALL)
-    for model in (distilled, teacher):
+    token_labelling = tracked("vitprune:lvvit-s", LVVIT_CLS[1])
+    for model in (distilled, teacher, token_labelling):
         with pytest.raises(UnsupportedArchitectureError, match="single \\[CLS\\] token to a single head"):
             inter_layer_scores(model, [(_images(model, 1), None)])
