@@ -50,6 +50,13 @@ LVVIT_TINY = {"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 12, "nu
 SUPPORTED_MODELS += [
     ("lvvit_tiny", "vitprune:lvvit-s", LVVIT_TINY, True),
 ]
+#: timm's ConvNeXt at tiny widths: twelve blocks in four stages, 32 px; a layer scale of 1 (timm starts it at 1e-6,
+#: which would hide every MLP below the tests' tolerances).
+CONVNEXT_TINY = {"depths": (3, 3, 3, 3), "dims": (8, 16, 32, 64), "num_classes": 10, "ls_init_value": 1.0,
+                 "pretrained_cfg_overlay": {"input_size": (3, 32, 32)}}
+SUPPORTED_MODELS += [
+    ("convnext_tiny", "convnext_tiny", CONVNEXT_TINY, True),
+]
 
 #: The fast rows, for tests that build many models: one, two and zero-plus-registers prefix tokens, LayerScale,
 #: and each Hugging Face classifier.
@@ -57,10 +64,12 @@ SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[3]]
 
 
 def _family(name: str) -> type:
-    from vitprune.adapters import HFViTAdapter, LVViTAdapter, TimmViTAdapter
+    from vitprune.adapters import ConvNeXtAdapter, HFViTAdapter, LVViTAdapter, TimmViTAdapter
 
     if name.startswith(VITPRUNE_PREFIX):
         return LVViTAdapter
+    if name.startswith("convnext"):
+        return ConvNeXtAdapter
     return HFViTAdapter if name.startswith(HF_PREFIX) else TimmViTAdapter
 
 
@@ -160,6 +169,16 @@ def save_hf(directory: Path, architecture: str, config: dict, seed: int = 0) -> 
     torch.manual_seed(seed)
     cls(cls.config_class(architectures=[architecture], **config)).save_pretrained(directory)
     return directory
+
+
+def shallow(name: str, kwargs: dict, blocks: int) -> dict:
+    """A row's ``kwargs`` for the same family with fewer blocks: ``blocks`` of them, or for ConvNeXt, whose stages
+    each need one, one per stage."""
+    if name.startswith(HF_PREFIX):
+        return {**kwargs, "num_hidden_layers": blocks}
+    if "depths" in kwargs:
+        return {**kwargs, "depths": (1,) * len(kwargs["depths"])}
+    return {**kwargs, "depth": blocks}
 
 
 def tracked(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:

@@ -5,7 +5,7 @@ tolerance (the chain's consistency check)."""
 from __future__ import annotations
 
 import pytest
-from conftest import HF_TINY, LVVIT_TINY, build
+from conftest import CONVNEXT_TINY, HF_TINY, LVVIT_TINY, tracked
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
@@ -28,8 +28,12 @@ FAMILIES = {
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def setting(request):
-    name, kwargs = FAMILIES[request.param]
-    model = build(name, kwargs)
+    return _setting(*FAMILIES[request.param])
+
+
+def _setting(name, kwargs):
+    """The model ``build`` makes of a row, and small balanced digits splits at its input size."""
+    model = tracked(name, kwargs)
     size = vitprune.get_adapter(model).input_size
     train = balanced_subset(build_dataset("digits", "train", input_size=size), 96, seed=0)
     val = balanced_subset(build_dataset("digits", "val", input_size=size), 60, seed=0)
@@ -84,3 +88,20 @@ def test_hetdpt_then_finetune_and_hiap(setting, tmp_path):
                       tmp_path / "hiap")
     assert {e.op for e in vitprune.get_recipe(final).edits} & {"prune_attention_dims", "prune_heads",
                                                                "prune_mlp_neurons"}
+
+
+@pytest.mark.slow
+def test_convnext_vbp_activation_removal_and_finetune(tmp_path):
+    """ConvNeXt has no attention and no tokens: activation removal (with γ merged) and VBP are its methods. Merging
+    first: after VBP has thinned an MLP below half its width, one d x d Linear would cost more than the two left."""
+    setting = _setting("convnext_tiny", {**CONVNEXT_TINY, "in_chans": 1,
+                                         "pretrained_cfg_overlay": {"input_size": (1, 32, 32)}})
+    report, final = _chain(setting, [
+        {"method": "depth", "activation": [2, 5]},
+        {"method": "vbp", "ratio": 0.4, "calibration_images": 32, "calibration_batch": 16},
+        {"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32},
+    ], tmp_path)
+    ops = [e.op for e in vitprune.get_recipe(final).edits]
+    assert "prune_mlp_neurons" in ops and ops.count("remove_activation") == 2
+    views = vitprune.get_adapter(final).blocks()
+    assert views[2].mlp.merged and views[5].mlp.merged and report.steps[2]["summary"]["removed"] > 0

@@ -63,6 +63,36 @@ def _assert_pruned_equals_gated(model, attention, activation, **options):
     return expected
 
 
+@pytest.mark.parametrize("fold_norm", [False, True], ids=["ln2-kept", "ln2-folded"])
+def test_activation_removal_and_merge_equal_the_identity_activation(small_model_spec, fold_norm, tmp_path):
+    """Every family that can lose activations (ConvNeXt too, which has no attention or gates): the merged Linear, with
+    any LayerScale and, folded, the norm's affine inside it, computes what fc2(fc1(x)) did; a save loads bit-exact."""
+    name, kwargs = small_model_spec
+    model = _tracked(name, kwargs)
+    reference = copy.deepcopy(model)
+    blocks = [1, 4, 5]
+    for block in blocks:  # the activation replaced by the identity, everything else as it was
+        vitprune.get_adapter(reference).set_activation(block, nn.Identity())
+    params = count_macs(model).params
+    hidden = {b: vitprune.get_adapter(model).block(b).mlp for b in blocks}
+    prune_depth(model, activation=blocks, fold_norm=fold_norm)
+    x = _input(model)
+    assert (_out(model, x) - _out(reference, x)).abs().max().item() <= 1e-4
+    views = vitprune.get_adapter(model).blocks()
+    assert all(views[b].mlp.merged and isinstance(views[b].ls2, nn.Identity) for b in blocks)
+    # Each MLP of d -> h -> d (2dh + h + d parameters) is now one d x d Linear; its LayerScale (d) folded away, and
+    # with fold_norm the norm's affine (2d) too.
+    folded = [vitprune.get_adapter(reference).block(b) for b in blocks]
+    saved = sum(2 * m.fc1.in_features * m.hidden_features + m.hidden_features - m.fc1.in_features ** 2
+                for m in hidden.values())
+    saved += sum(sum(p.numel() for p in view.ls2.parameters()) for view in folded)
+    saved += sum(sum(p.numel() for p in view.norm2.parameters()) for view in folded) if fold_norm else 0
+    assert count_macs(model).params == params - saved
+    vitprune.save(model, tmp_path / "m")
+    assert torch.equal(_out(vitprune.load(tmp_path / "m"), x), _out(model, x))
+
+
+@pytest.mark.needs("attention_removal", "gates")
 def test_pruned_equals_gated(model_spec):
     name, kwargs = model_spec
     model = _tracked(name, kwargs)
@@ -79,6 +109,7 @@ def test_pruned_equals_gated(model_spec):
 
 @pytest.mark.parametrize("identity", ["norm", "skip"])
 @pytest.mark.parametrize("output_gelu", [False, True], ids=["paper", "output-gelu"])
+@pytest.mark.needs("attention_removal", "gates")
 @pytest.mark.parametrize("fold_norm", [False, True], ids=["ln2-kept", "ln2-folded"])
 def test_every_option_is_exact(small_model_spec, identity, output_gelu, fold_norm):
     name, kwargs = small_model_spec
@@ -92,6 +123,7 @@ def test_digits_model_is_exact(trained_digits):
     _assert_pruned_equals_gated(model, ATTENTION, ACTIVATION)
 
 
+@pytest.mark.needs("attention_removal", "gates")
 def test_removing_nothing_is_the_identity(small_model_spec):
     name, kwargs = small_model_spec
     model = _tracked(name, kwargs)
@@ -104,6 +136,7 @@ def test_removing_nothing_is_the_identity(small_model_spec):
     assert torch.equal(_out(model, x), dense) and vitprune.get_recipe(model).edits == []
 
 
+@pytest.mark.needs("attention_removal", "gates")
 def test_save_load_round_trip(tmp_path, small_model_spec):
     name, kwargs = small_model_spec
     model = _tracked(name, kwargs)
@@ -121,6 +154,7 @@ def test_save_load_round_trip(tmp_path, small_model_spec):
     ]
 
 
+@pytest.mark.needs("attention_removal", "gates")
 def test_unmerged_removal_then_merge_is_exact(small_model_spec, tmp_path):
     """HetDPT fine-tunes fc1 and fc2 apart and merges afterwards: both states equal the gated model."""
     name, kwargs = small_model_spec

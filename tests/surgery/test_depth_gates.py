@@ -60,6 +60,7 @@ def test_importance_gradient_is_the_mask_gradient(identity):
         assert got.abs().item() > 0
 
 
+@pytest.mark.needs("attention_removal", "gates")
 def test_gates_are_parameters_of_the_model_and_removable(small_model_spec):
     name, kwargs = small_model_spec
     model = _model(name, kwargs)

@@ -27,6 +27,7 @@ def _flop_macs(model) -> int:
     return flop_counter_macs(model.eval(), torch.randn(1, *vitprune.get_adapter(model).input_size))
 
 
+@pytest.mark.needs("embed_width")
 def test_keeping_every_channel_changes_nothing(small_model_spec):
     model = _model(*small_model_spec)
     before = copy.deepcopy(model).eval()
@@ -49,6 +50,7 @@ def _every_block_form(model):
     prune_mlp_neurons(model, 3, [])
 
 
+@pytest.mark.needs("embed_width")
 def test_pruned_stream_runs_counts_right_and_round_trips(small_model_spec, tmp_path):
     model = _model(*small_model_spec)
     _every_block_form(model)

@@ -41,7 +41,8 @@ def _check_attention(path: str, attn: nn.Module | None) -> None:
         raise reject(path, attn, "a norm over the concatenated heads (scale_norm) is not supported")
 
 
-def _check_mlp(path: str, mlp: nn.Module) -> None:
+def check_mlp(path: str, mlp: nn.Module) -> None:
+    """Refuse an MLP other than timm's plain ``fc1 -> act -> fc2`` of Linears (or its merged form), in one line."""
     if type(mlp) is not Mlp:
         raise reject(path, mlp, "only the plain fc1 -> activation -> fc2 MLP is supported; "
                                  "gated (GLU/SwiGLU) MLPs cannot be represented")
@@ -89,7 +90,7 @@ class TimmViTAdapter(ViTAdapter):
             if type(block) not in (Block, DepthBlock, TokenPruneBlock):
                 raise reject(path, block, "only timm's pre-norm Block is supported")
             _check_attention(f"{path}.attn", block.attn)
-            _check_mlp(f"{path}.mlp", block.mlp)
+            check_mlp(f"{path}.mlp", block.mlp)
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

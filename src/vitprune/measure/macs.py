@@ -37,6 +37,7 @@ class BlockMacs:
     """MACs per image of one transformer block, with the structure that produced them."""
 
     index: int
+    #: Tokens entering the block (the positions of a convolutional block's feature map).
     tokens: int
     heads: int
     #: ``None`` where the MLP was removed or merged into one Linear.
@@ -215,7 +216,9 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
 
     def block_hook(block: BlockMacs):
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
-            block.tokens = _first_tensor(args, kwargs).shape[1]
+            x = _first_tensor(args, kwargs)
+            # A token sequence (B, N, C), or a channels-first feature map (B, C, H, W) of H·W positions.
+            block.tokens = x.shape[1] if x.dim() == 3 else x.shape[-2] * x.shape[-1]
         return hook
 
     # On the projections' input, not the attention module's: a token-pruning block runs the attention

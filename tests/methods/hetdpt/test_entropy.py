@@ -93,6 +93,7 @@ def test_te_equals_the_entropy_change_of_physical_removal(identity):
     assert all(v.mlp.gate is None and (v.attn is None or v.attn.gate is None) for v in get_adapter(model).blocks())
 
 
+@pytest.mark.needs("attention_removal")
 def test_te_matches_surgery_on_every_family(small_model_spec):
     """LayerScale (folded into the norm by surgery) and the distilled DeiT's two tokens included."""
     name, kwargs = small_model_spec

@@ -53,7 +53,8 @@ def test_snip_is_the_gate_gradient_and_ignores_the_batch_split(small_model_spec)
     torch.nn.functional.cross_entropy(model(images), labels, reduction="sum").backward()
     for h in hooks:
         h.remove()
-    reference = [(h.grad * h).sum(dim=(0, 1)).abs().double() for h in seen]
+    # Every position of every image is a sample: tokens (B, N, C), or a channels-last feature map (B, H, W, C).
+    reference = [(h.grad * h).reshape(-1, h.shape[-1]).sum(dim=0).abs().double() for h in seen]
     model.zero_grad(set_to_none=True)
     model.train()
 

@@ -1,0 +1,197 @@
+"""Adapter for timm's ``ConvNeXt`` (VBP's Table 8): no attention, no tokens, one MLP per block.
+
+A ConvNeXt block is ``x + γ · mlp(norm(conv_dw(x)))`` on channels-last features, so its view is a block whose
+attention branch is gone (``attn``, ``norm1`` and ``ls1`` are ``None``): ``norm2`` is the block's LayerNorm,
+``ls2`` its per-channel ``γ``. The depthwise convolution before the norm is outside the view; no method edits it.
+What such a family can have done to it: FFN width (VBP's neuron pruning, with the mean shift folded into fc2's bias
+before γ) and activation removal with the exact merge (γ folded into the merged Linear). The stream changes width
+stage by stage, and there are no tokens or heads: every other edit is refused in one line.
+
+The 1×1-convolution MLP (``conv_mlp=True``, channels-first) and ConvNeXt-V2's global response norm, which makes
+the mean shift inexact, are refused too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from timm.data import resolve_model_data_config
+from timm.layers import Mlp
+from timm.models.convnext import ConvNeXt, ConvNeXtBlock
+from torch import nn
+
+from vitprune.adapters.base import BlockView, MlpView, ViTAdapter
+from vitprune.adapters.channels import reject, unwrap
+from vitprune.adapters.timm_vit import check_mlp
+from vitprune.errors import UnsupportedArchitectureError
+
+
+class LayerScaleView(nn.Module):
+    """A block's per-channel ``γ`` (a parameter of the block itself) shown as the LayerScale module views carry."""
+
+    def __init__(self, gamma: nn.Parameter) -> None:
+        super().__init__()
+        self.gamma = gamma
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+class ConvNeXtAdapter(ViTAdapter):
+    """timm ``ConvNeXt`` whose blocks are ``ConvNeXtBlock`` with timm's channels-last Linear MLP."""
+
+    family = "timm-convnext"
+    capabilities = frozenset({"activation_removal", "ffn_width"})
+    family_modules = ("timm.models.convnext", "vitprune.adapters.timm_convnext")
+    family_attributes = frozenset({"stages", "conv_dw", "use_conv_mlp", "norm_pre"})
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        for view_name, block in self._blocks():
+            if type(block) is not ConvNeXtBlock:
+                raise reject(view_name, block, "only timm's ConvNeXtBlock is supported")
+            if block.use_conv_mlp:
+                raise reject(f"{view_name}.mlp", block.mlp, "the 1x1-convolution MLP (conv_mlp=True) is not "
+                                                            "supported yet; build the model with conv_mlp=False")
+            if type(block.mlp) is not Mlp:
+                raise reject(f"{view_name}.mlp", block.mlp, "ConvNeXt-V2's global response norm normalises over the "
+                                                            "positions, so removed neurons' means cannot be folded "
+                                                            "exactly; only the plain MLP is supported")
+            check_mlp(f"{view_name}.mlp", block.mlp)
+            if not isinstance(block.shortcut, nn.Identity):
+                raise reject(view_name, block, "a block that changes width or stride is not supported")
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        return isinstance(model, ConvNeXt)
+
+    def _blocks(self) -> list[tuple[str, nn.Module]]:
+        return [(f"stages.{s}.blocks.{j}", block) for s, stage in enumerate(self.model.stages)
+                for j, block in enumerate(stage.blocks)]
+
+    def blocks(self) -> list[BlockView]:
+        views = []
+        for index, (name, block) in enumerate(self._blocks()):
+            m = block.mlp
+            act, act_gate = unwrap(m.act)
+            views.append(BlockView(
+                index=index, name=name, module=block, norm1=None, attn=None, ls1=None, drop_path1=None,
+                norm2=block.norm,
+                mlp=MlpView(module=m, fc1=m.fc1, act=act, fc2=m.fc2 if isinstance(m.fc2, nn.Linear) else None,
+                            gate=act_gate),
+                ls2=LayerScaleView(block.gamma) if block.gamma is not None else nn.Identity(),
+                drop_path2=block.drop_path, act=nn.Identity()))
+        return views
+
+    def _block(self, index: int) -> nn.Module:
+        return self._blocks()[index][1]
+
+    @staticmethod
+    def _lacks(what: str) -> UnsupportedArchitectureError:
+        return UnsupportedArchitectureError(f"timm-convnext models have no {what}")
+
+    @property
+    def embed_dim(self) -> int:
+        raise self._lacks("single embedding width: it changes stage by stage")
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 0
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        raise self._lacks("tokens")
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        return tuple(resolve_model_data_config(self.model)["input_size"])
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        config = resolve_model_data_config(self.model)
+        return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        raise self._lacks("tokens")
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        raise self._lacks("tokens")
+
+    @property
+    def pools_class_token(self) -> bool:
+        return False
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+
+    @property
+    def stem(self) -> nn.Module:
+        return self.model.stem[0]
+
+    def token_parameters(self) -> list[nn.Parameter]:
+        return []
+
+    def classifier_heads(self) -> list[nn.Module]:
+        fc = getattr(self.model.head, "fc", None)
+        return [fc] if isinstance(fc, nn.Linear) else []
+
+    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
+        mlp = self._block(index).mlp
+        merged = isinstance(mlp.fc2, nn.Identity)
+        if (fc2 is None) != merged:
+            raise ValueError(f"block {index}: " + ("is merged, so it takes a single Linear" if merged else
+                                                  "is not merged; merge it with merge_mlp"))
+        if fc2 is not None and fc1.out_features != fc2.in_features:
+            raise ValueError(f"block {index}: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
+        mlp.fc1 = fc1
+        if fc2 is not None:
+            mlp.fc2 = fc2
+
+    def merge_mlp(self, index: int, linear: nn.Linear) -> None:
+        block = self._block(index)
+        mlp = block.mlp
+        # timm's Mlp with identities is exactly `linear`; γ is inside it now.
+        mlp.fc1, mlp.act, mlp.drop1, mlp.fc2 = linear, nn.Identity(), nn.Identity(), nn.Identity()
+        block.gamma = None
+
+    def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
+        if position != 2:
+            raise ValueError(f"block {index} has only the norm before its MLP (position 2), not position {position}")
+        self._block(index).norm = norm
+
+    def set_activation(self, index: int, act: nn.Module) -> None:
+        mlp = self._block(index).mlp
+        if isinstance(mlp.fc2, nn.Identity):
+            raise ValueError(f"block {index}'s MLP is merged and has no activation")
+        mlp.act = act
+
+    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
+                      head_dim: int | None = None) -> None:
+        raise self._lacks("attention")
+
+    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
+        raise self._lacks("attention")
+
+    def set_attention_module(self, index: int, module: nn.Module) -> None:
+        raise self._lacks("attention")
+
+    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
+        raise self._lacks("attention")
+
+    def set_output_activation(self, index: int, act: nn.Module) -> None:
+        raise self._lacks("output activation to set: its blocks keep their form")
+
+    def prune_embed_dims(self, keep: list[int]) -> None:
+        raise self._lacks("single embedding width: it changes stage by stage")
+
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
+        raise self._lacks("tokens")
+
+    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
+        raise self._lacks("tokens")
