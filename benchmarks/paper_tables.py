@@ -480,7 +480,8 @@ def _vbp_section() -> dict[str, Any]:
     t8_offsets = ", ".join(f"{float(row['paper']['macs']) - row['ours']['macs_full'] / 1e9:.3f}" for row in t8)
     t8_intro = ("timm's ConvNeXt with random weights: the parameters agree to the printed digit; the paper's MACs are "
                 f"{t8_offsets} G above ours for T/S/B (0.2-0.3%), of the size element-wise operations (norms, biases, "
-                "activations), which vitprune does not count, would add, as for DeiT. No attention, so both conventions agree. The pruned rows "
+                "activations), which vitprune does not count, would add, as for DeiT. No attention, so both "
+                "conventions agree. The pruned rows "
                 "are listed below: VBP's one global ranking across stages of different widths and positions makes "
                 "their structure depend on the trained variances.")
     offsets = ", ".join(f"{float(_VBP_T10[n][1]) - _dense(n)['macs_full'] / 1e9:.3f}" for n in (_T, _S, _B))
@@ -642,7 +643,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         "",
         "For every configuration that HetDPT, VBP, STAR and HiAP print with a parameter and/or MAC count, the printed "
         "figures next to vitprune's: timm's DeiT/ViT (and vitprune's LV-ViT) built with random weights "
-        "(`pretrained=False`, nothing downloaded), pruned with vitprune's own surgery and counted by `vitprune.measure.count_macs`. Only structure "
+        "(`pretrained=False`, nothing downloaded), pruned with vitprune's own surgery and counted by "
+        "`vitprune.measure.count_macs`. Only structure "
         "is compared (accuracy needs ImageNet training). The counts are exact integer arithmetic over the layer "
         "shapes one forward pass records, so they are the same on every machine and every run; nothing is timed. "
         f"MACs per image: *full* = {CONVENTIONS['full']}, with the tokens that actually enter each block; *linear* "

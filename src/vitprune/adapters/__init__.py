@@ -31,11 +31,13 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
         return adapter
     families = ", ".join(cls.family for cls in ADAPTERS)
     raise UnsupportedArchitectureError(
-        f"unsupported architecture: {type(model).__name__} is not a supported vision transformer (supported: {families})"
+        f"unsupported architecture: {type(model).__name__} is not a supported vision transformer "
+        f"(supported: {families})"
     )
 
 
 __all__ = [
-    "ADAPTERS", "CAPABILITIES", "QKV", "AttentionView", "BlockView", "ConvNeXtAdapter", "HFImageClassifier", "HFViTAdapter", "LVViTAdapter", "MlpView",
+    "ADAPTERS", "CAPABILITIES", "QKV", "AttentionView", "BlockView", "ConvNeXtAdapter", "HFImageClassifier",
+    "HFViTAdapter", "LVViTAdapter", "MlpView",
     "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
 ]

@@ -24,7 +24,7 @@ from torch import nn
 
 from vitprune.adapters.base import BlockView, MlpView, ViTAdapter
 from vitprune.adapters.channels import reject, unwrap
-from vitprune.adapters.timm_vit import check_mlp
+from vitprune.adapters.timm_vit import check_mlp, timm_data_config
 from vitprune.errors import UnsupportedArchitectureError
 
 
@@ -114,8 +114,7 @@ class ConvNeXtAdapter(ViTAdapter):
 
     @property
     def data_config(self) -> dict[str, Any] | None:
-        config = resolve_model_data_config(self.model)
-        return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
+        return timm_data_config(self.model)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         raise self._lacks("tokens")

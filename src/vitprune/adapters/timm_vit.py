@@ -41,6 +41,12 @@ def _check_attention(path: str, attn: nn.Module | None) -> None:
         raise reject(path, attn, "a norm over the concatenated heads (scale_norm) is not supported")
 
 
+def timm_data_config(model: nn.Module) -> dict[str, Any]:
+    """How timm's pretrained config says images are prepared for a timm model's weights."""
+    config = resolve_model_data_config(model)
+    return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
+
+
 def check_mlp(path: str, mlp: nn.Module) -> None:
     """Refuse an MLP other than timm's plain ``fc1 -> act -> fc2`` of Linears (or its merged form), in one line."""
     if type(mlp) is not Mlp:
@@ -137,8 +143,7 @@ class TimmViTAdapter(ViTAdapter):
 
     @property
     def data_config(self) -> dict[str, Any] | None:
-        config = resolve_model_data_config(self.model)
-        return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
+        return timm_data_config(self.model)
 
     def set_distillation_split(self, on: bool) -> bool:
         if not hasattr(self.model, "set_distilled_training"):  # timm's distilled DeiT has it

@@ -428,7 +428,8 @@ _METHODS: dict[str, _Method] = {
     "depth": _Method("DepthConfig's fields: attention, activation (block indices), identity, fold_norm, "
                      "output_gelu", _depth_config, _depth),
     "hetdpt": _Method("budget, split ([A, G] or 'auto'), predictor (an earlier run's predictor.json), preset, "
-                      "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields", _hetdpt_config, _hetdpt),
+                      "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields",
+                      _hetdpt_config, _hetdpt),
     "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, embed, "
                      "isomorphic, round_to, batches", _width_config, _width),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp),

@@ -40,7 +40,8 @@ from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.surgery import (
-    ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates,
+    ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, merge_linear_mlps, prune_depth, remaining_layers,
+    remove_depth_gates,
 )
 from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
 
