@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from conftest import HF_PREFIX, SMALL_MODELS, tracked
+from conftest import HF_PREFIX, SMALL_MODELS, VITPRUNE_PREFIX, tracked
 from hypothesis import note
 from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
@@ -26,12 +26,15 @@ from vitprune.surgery import prune_heads, prune_mlp_neurons
 
 
 def _pruned(name: str, **kwargs) -> torch.nn.Module:
-    """A model with uneven heads and widths, so the rebuilt architecture must follow the recipe."""
+    """A model with uneven heads (where the family has heads) and widths, so the rebuilt architecture must follow the
+    recipe."""
     torch.manual_seed(0)
-    # transformers models arrive as a save_pretrained directory (conftest.tracked); timm's by name.
-    model = tracked(name, kwargs) if name.startswith(HF_PREFIX) else vitprune.create_model(name, **kwargs)
-    heads = vitprune.get_adapter(model).block(0).attn.num_heads
-    prune_heads(model, 1, list(range(heads - 1)))
+    # transformers models arrive as a save_pretrained directory (conftest.tracked); timm's and vitprune's by name.
+    model = tracked(name, kwargs) if name.startswith(HF_PREFIX) else vitprune.create_model(
+        name.removeprefix(VITPRUNE_PREFIX), **kwargs)
+    adapter = vitprune.get_adapter(model)
+    if "head_width" in adapter.capabilities:
+        prune_heads(model, 1, list(range(adapter.block(0).attn.num_heads - 1)))
     hidden = vitprune.get_adapter(model).block(0).mlp.hidden_features
     prune_mlp_neurons(model, 3, list(range(0, hidden, 2)))
     prune_mlp_neurons(model, 3, list(range(5)))  # edits compose: the same block twice
