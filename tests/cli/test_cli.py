@@ -6,14 +6,34 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import vitprune
 from vitprune.cli import main
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.surgery import prune_mlp_neurons
+
+
+#: The classes of :func:`image_folder`.
+CLASSES = ("cat", "dog", "fox")
+
+
+def image_folder(root: Path) -> Path:
+    """An ImageFolder of three classes under ``root``, 6 training and 3 validation images each, 40x40 RGB: a new
+    user's own images."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 6), ("val", 3)):
+        for label, name in enumerate(CLASSES):
+            (root / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(0, 256, (40, 40, 3)) // 2 + 40 * label  # each class a tint of its own
+                Image.fromarray(pixels.astype(np.uint8)).save(root / split / name / f"{i}.png")
+    return root
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -12,11 +12,9 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
-from test_cli import assert_one_line_error, run
+from test_cli import CLASSES, assert_one_line_error, image_folder, run
 from timm.models import build_model_with_cfg, register_model
 from timm.models.vision_transformer import VisionTransformer
 
@@ -26,7 +24,6 @@ from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.surgery import prune_depth
 
 MODEL = "vitprune_test_tiny_vit"
-CLASSES = ("cat", "dog", "fox")
 FAST_SPEED = ("--speed-batch", "2", "--repeats", "3")
 
 
@@ -40,16 +37,8 @@ def vitprune_test_tiny_vit(pretrained: bool = False, **kwargs) -> VisionTransfor
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """An ImageFolder of three classes, 6 training and 3 validation images each, 40x40 RGB (resized to 32)."""
-    root = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 6), ("val", 3)):
-        for label, name in enumerate(CLASSES):
-            (root / split / name).mkdir(parents=True)
-            for i in range(count):
-                pixels = rng.integers(0, 256, (40, 40, 3)) // 2 + 40 * label  # each class a tint of its own
-                Image.fromarray(pixels.astype(np.uint8)).save(root / split / name / f"{i}.png")
-    return root
+    """The user's images (resized to 32 px)."""
+    return image_folder(tmp_path_factory.mktemp("images"))
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from conftest import CONVNEXT_TINY, tracked
 from reports import assert_written
 
 import vitprune
@@ -203,3 +204,13 @@ def test_steps_that_cannot_apply_name_the_step(setting, tmp_path, steps, error, 
         _run(setting, parse_chain(steps), tmp_path)
     # The first step finished and stays: a corrected chain resumes after it.
     assert (tmp_path / CHAIN_FILE).exists() and (tmp_path / STEPS_DIR / f"01-{steps[0]['method']}" / STEP_FILE).exists()
+
+
+def test_a_step_the_family_cannot_take_is_refused_before_any_step_runs(tmp_path):
+    """ConvNeXt takes VBP but not STAR: the chain says so for step 2 before step 1 spends anything."""
+    model = tracked("convnext_tiny", CONVNEXT_TINY)
+    steps = parse_chain([{"method": "vbp", "ratio": 0.3}, {"method": "star", "rho": 0.7, "alpha": 1.0}])
+    with pytest.raises(UnsupportedArchitectureError, match=r"step 2 \(star\): STAR needs to prune tokens, which "
+                                                           "vitprune cannot do on timm-convnext models"):
+        run_chain(model, None, None, steps, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()

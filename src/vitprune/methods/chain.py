@@ -30,10 +30,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
 from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
-from vitprune.errors import VitpruneError
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
@@ -174,6 +175,7 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     """
     configs = check_chain(steps, preset)
     speed.validate()
+    _check_family(model, steps, configs)
     run_dir = prepare_run_dir(run_dir, resume)
     chain = [step.to_dict() for step in steps]
     if resume:
@@ -221,6 +223,17 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
                          chain=chain, model_dir=str(run_dir / MODEL_DIR))
     write_json(run_dir / REPORT_FILE, report.to_dict())
     return report
+
+
+def _check_family(model: nn.Module, steps: list[Step], configs: list[Any]) -> None:
+    """Refuse, before any step runs, a step whose method needs what the model's family cannot have done to it."""
+    adapter = get_adapter(model)
+    for number, (step, config) in enumerate(zip(steps, configs), 1):
+        method = _METHODS[step.method]
+        try:
+            adapter.require(*method.requires(config), by=method.by)
+        except UnsupportedArchitectureError as exc:
+            raise UnsupportedArchitectureError(f"step {number} ({step.method}): {exc}") from None
 
 
 def _reconcile(run_dir: Path, chain: list[dict[str, Any]]) -> None:
@@ -416,29 +429,42 @@ def _finetune(model: nn.Module, configs: tuple[TrainConfig, DistillConfig], ctx:
     return student, {**asdict(distill), "epochs": train.epochs}
 
 
+def _requires(module: str) -> Callable[[Any], tuple[str, ...]]:
+    """A method's needs of a family, its pipeline module's ``REQUIRES`` whatever the settings."""
+    import importlib
+
+    return lambda _config: importlib.import_module(module).REQUIRES
+
+
 class _Method(NamedTuple):
-    """How a step method reads its settings (checked before a chain runs) and what it does with them."""
+    """How a step method reads its settings (checked before a chain runs), what it needs of the model's family (its
+    name for the refusal, and the capabilities its settings need) and what it does with them."""
 
     settings: str
     configure: Callable[[dict[str, Any], str], Any]
     run: Callable[[nn.Module, Any, _Context], tuple[nn.Module, dict[str, Any]]]
+    by: str
+    requires: Callable[[Any], tuple[str, ...]]
 
 
 _METHODS: dict[str, _Method] = {
     "depth": _Method("DepthConfig's fields: attention, activation (block indices), identity, fold_norm, "
-                     "output_gelu", _depth_config, _depth),
+                     "output_gelu", _depth_config, _depth, "depth pruning", lambda config: config.requires),
     "hetdpt": _Method("budget, split ([A, G] or 'auto'), predictor (an earlier run's predictor.json), preset, "
                       "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields",
-                      _hetdpt_config, _hetdpt),
+                      _hetdpt_config, _hetdpt, "HetDPT", _requires("vitprune.methods.hetdpt.pipeline")),
     "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, embed, "
-                     "isomorphic, round_to, batches", _width_config, _width),
-    "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp),
-    "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star),
+                     "isomorphic, round_to, batches", _width_config, _width, "width pruning",
+                     lambda config: config.requires),
+    "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp,
+                   "VBP", _requires("vitprune.methods.vbp.pipeline")),
+    "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star,
+                    "STAR", lambda config: config.requires),
     "hiap": _Method("TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)",
-                    _hiap_config, _hiap),
+                    _hiap_config, _hiap, "HiAP", _requires("vitprune.methods.hiap.pipeline")),
     "finetune": _Method("TrainConfig's fields (epochs required) and DistillConfig's: distill (default none), alpha, "
                         "tau",
-                        _finetune_config, _finetune),
+                        _finetune_config, _finetune, "fine-tuning", lambda _config: ()),
 }
 #: Step methods and what their settings are.
 METHODS: dict[str, str] = {name: method.settings for name, method in _METHODS.items()}

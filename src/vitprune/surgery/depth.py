@@ -184,6 +184,12 @@ def check_depth_layers(model: nn.Module, attention: Sequence[int] = (),
     return attention, activation
 
 
+def depth_requirements(attention: Sequence[int], activation: Sequence[int]) -> tuple[str, ...]:
+    """What removing the attention of blocks ``attention`` and the activation of blocks ``activation`` needs of a
+    model's family."""
+    return (*(["attention_removal"] if attention else []), *(["activation_removal"] if activation else []))
+
+
 def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Sequence[int] = (), *,
                 identity: str = "norm", fold_norm: bool = False, output_gelu: bool = False,
                 merge: bool = True) -> None:
@@ -199,8 +205,7 @@ def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Seq
     if identity not in ATTENTION_IDENTITIES:
         raise VitpruneError(f"unknown attention identity {identity!r} "
                             f"(choose from: {', '.join(ATTENTION_IDENTITIES)})")
-    get_adapter(model).require(*(["attention_removal"] if attention else []),
-                               *(["activation_removal"] if activation else []), by="depth pruning")
+    get_adapter(model).require(*depth_requirements(attention, activation), by="depth pruning")
     attention, activation = check_depth_layers(model, attention, activation)
     for i in attention:
         remove_attention(model, i, identity=identity)

@@ -15,7 +15,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
-from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, prune_depth
+from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, depth_requirements, prune_depth
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_depth"
@@ -32,6 +32,11 @@ class DepthConfig:
     identity: str = setting("norm", choices=ATTENTION_IDENTITIES, help=IDENTITY_HELP)
     fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
     output_gelu: bool = setting(False, flag="--output-gelu", help=OUTPUT_GELU_HELP)
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """What removing these layers needs of a model's family."""
+        return depth_requirements(self.attention, self.activation)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -45,6 +45,8 @@ from vitprune.surgery import (
 )
 from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
 
+#: What HetDPT needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
+REQUIRES = ("attention_removal", "activation_removal", "gates")
 POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE = (
     "predictor_points.json", "predictor.json", "predictor.png", "selection.json")
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
@@ -232,7 +234,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     ``resume``, finished stages found in ``run_dir`` are reused and the fine-tuning run continues
     from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
     """
-    get_adapter(model).require("attention_removal", "activation_removal", "gates", by="HetDPT")
+    get_adapter(model).require(*REQUIRES, by="HetDPT")
     config = config or HetDPTConfig()
     config.validate()
     speed.validate()

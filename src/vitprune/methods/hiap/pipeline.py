@@ -43,6 +43,8 @@ from vitprune.training.engine import METRICS_FILE
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
 PLOT_FILE = "architecture.png"
+#: What HiAP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
+REQUIRES = ("gates", "head_width", "value_width", "ffn_width")
 
 #: HiAP's training settings besides the epochs, by default (the paper's: AdamW at 5e-5, batch 256, no
 #: warm-up); ``vitprune prune hiap`` and a chain's ``hiap`` step take theirs from here.
@@ -95,7 +97,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``resume``
     continues the training run in ``run_dir``; without it a ``run_dir`` holding a run is an error.
     """
-    get_adapter(model).require("gates", "head_width", "value_width", "ffn_width", by="HiAP")
+    get_adapter(model).require(*REQUIRES, by="HiAP")
     config = config or HiAPConfig()
     config.validate()
     speed.validate()

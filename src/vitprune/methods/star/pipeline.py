@@ -84,6 +84,11 @@ class STARConfig:
         """JSON-ready form."""
         return asdict(self)
 
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """What STAR needs of a model's family: token pruning, and LRP where the prior has a weight."""
+        return ("token_pruning", *(["lrp"] if self.alpha < 1 else []))
+
     def validate(self) -> None:
         """Fail at once, before any pass over data, on a setting a later stage would reject."""
         if sum(x is not None for x in (self.rho, self.target_macs, self.rates)) != 1:
@@ -146,7 +151,7 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     dense model, right after pruning and after fine-tuning. The model is saved to ``run_dir/model``.
     """
     config = config or STARConfig()
-    get_adapter(model).require("token_pruning", *(["lrp"] if config.alpha < 1 else []), by="STAR")
+    get_adapter(model).require(*config.requires, by="STAR")
     config.validate()
     speed.validate()
     if config.target_macs is not None:

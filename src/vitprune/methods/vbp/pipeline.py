@@ -39,6 +39,8 @@ from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statis
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
 
+#: What VBP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
+REQUIRES = ("ffn_width",)
 STATISTICS_FILE, SELECTION_FILE = "statistics.safetensors", "selection.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
@@ -133,7 +135,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     ``run_dir/model``. With ``resume``, stages found in ``run_dir`` are reused and fine-tuning
     continues from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
     """
-    get_adapter(model).require("ffn_width", by="VBP")
+    get_adapter(model).require(*REQUIRES, by="VBP")
     config = config or VBPConfig()
     config.validate()
     speed.validate()

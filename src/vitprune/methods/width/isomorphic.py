@@ -55,9 +55,14 @@ class WidthPlan:
                                         for name in ("heads", "head_dims", "neurons")}}
 
 
+def width_requirements(embed: bool) -> tuple[str, ...]:
+    """What width pruning needs of a model's family (``embed``: the residual stream's channels too)."""
+    return ("head_width", "ffn_width", *(["embed_width"] if embed else []))
+
+
 def _check_supported(model: nn.Module, embed: bool) -> None:
     adapter = get_adapter(model)
-    adapter.require("head_width", "ffn_width", *(["embed_width"] if embed else []), by="width pruning")
+    adapter.require(*width_requirements(embed), by="width pruning")
     for view in adapter.blocks():
         if view.token_keep_rate is not None:
             raise UnsupportedArchitectureError(f"{view.name} prunes tokens; prune width before tokens")

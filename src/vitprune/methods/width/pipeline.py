@@ -19,7 +19,8 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
-from vitprune.methods.width.isomorphic import IMPORTANCES, apply_width, plan_width, prune_width_to_macs
+from vitprune.methods.width.isomorphic import (IMPORTANCES, apply_width, plan_width, prune_width_to_macs,
+                                              width_requirements)
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_width"
@@ -49,6 +50,11 @@ class WidthConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return asdict(self)
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        """What width pruning with these settings needs of a model's family."""
+        return width_requirements(self.embed)
 
     def plan_options(self) -> dict[str, Any]:
         """The options :func:`~vitprune.methods.width.plan_width` plans with (the report's ``options``)."""
