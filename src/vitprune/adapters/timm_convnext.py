@@ -24,7 +24,8 @@ from torch import nn
 
 from vitprune.adapters.base import BlockView, MlpView, ViTAdapter
 from vitprune.adapters.channels import reject, unwrap
-from vitprune.adapters.timm_vit import check_mlp, timm_data_config
+from vitprune.adapters.timm_vit import (check_mlp, merge_mlp_linear, set_mlp_activation, set_mlp_linears,
+                                        timm_data_config)
 from vitprune.errors import UnsupportedArchitectureError
 
 
@@ -141,23 +142,13 @@ class ConvNeXtAdapter(ViTAdapter):
         return [fc] if isinstance(fc, nn.Linear) else []
 
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-        mlp = self._block(index).mlp
-        merged = isinstance(mlp.fc2, nn.Identity)
-        if (fc2 is None) != merged:
-            raise ValueError(f"block {index}: " + ("is merged, so it takes a single Linear" if merged else
-                                                  "is not merged; merge it with merge_mlp"))
-        if fc2 is not None and fc1.out_features != fc2.in_features:
-            raise ValueError(f"block {index}: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
-        mlp.fc1 = fc1
-        if fc2 is not None:
-            mlp.fc2 = fc2
+        name, block = self._blocks()[index]
+        set_mlp_linears(block.mlp, f"{name}.mlp", fc1, fc2)
 
     def merge_mlp(self, index: int, linear: nn.Linear) -> None:
         block = self._block(index)
-        mlp = block.mlp
-        # timm's Mlp with identities is exactly `linear`; γ is inside it now.
-        mlp.fc1, mlp.act, mlp.drop1, mlp.fc2 = linear, nn.Identity(), nn.Identity(), nn.Identity()
-        block.gamma = None
+        merge_mlp_linear(block.mlp, linear)
+        block.gamma = None  # inside `linear` now
 
     def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
         if position != 2:
@@ -165,10 +156,8 @@ class ConvNeXtAdapter(ViTAdapter):
         self._block(index).norm = norm
 
     def set_activation(self, index: int, act: nn.Module) -> None:
-        mlp = self._block(index).mlp
-        if isinstance(mlp.fc2, nn.Identity):
-            raise ValueError(f"block {index}'s MLP is merged and has no activation")
-        mlp.act = act
+        name, block = self._blocks()[index]
+        set_mlp_activation(block.mlp, f"{name}.mlp", act)
 
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
                       head_dim: int | None = None) -> None:

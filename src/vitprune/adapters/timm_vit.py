@@ -47,6 +47,32 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
     return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
 
 
+def set_mlp_linears(mlp: nn.Module, path: str, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
+    """Install new linears in timm's ``Mlp`` at ``path`` (``fc2=None``: the single Linear of a merged one)."""
+    merged = isinstance(mlp.fc2, nn.Identity)
+    if (fc2 is None) != merged:
+        raise ValueError(f"{path}: " + ("is merged, so it takes a single Linear" if merged else
+                                        "is not merged; merge it with merge_mlp"))
+    if fc2 is not None and fc1.out_features != fc2.in_features:
+        raise ValueError(f"{path}: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
+    mlp.fc1 = fc1
+    if fc2 is not None:
+        mlp.fc2 = fc2
+
+
+def merge_mlp_linear(mlp: nn.Module, linear: nn.Linear) -> None:
+    """Make timm's ``Mlp`` the one Linear ``linear``."""
+    # timm's Mlp runs fc1 -> act -> drop1 -> norm -> fc2 -> drop2; with identities it is exactly `linear`.
+    mlp.fc1, mlp.act, mlp.drop1, mlp.fc2 = linear, nn.Identity(), nn.Identity(), nn.Identity()
+
+
+def set_mlp_activation(mlp: nn.Module, path: str, act: nn.Module) -> None:
+    """Install ``act`` as the activation of timm's ``Mlp`` at ``path``, which must not be merged."""
+    if isinstance(mlp.fc2, nn.Identity):
+        raise ValueError(f"{path} is merged and has no activation")
+    mlp.act = act
+
+
 def check_mlp(path: str, mlp: nn.Module) -> None:
     """Refuse an MLP other than timm's plain ``fc1 -> act -> fc2`` of Linears (or its merged form), in one line."""
     if type(mlp) is not Mlp:
@@ -227,24 +253,13 @@ class TimmViTAdapter(ViTAdapter):
         attn.attn_dim = num_heads * head_dim
 
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-        mlp = self.model.blocks[index].mlp
-        merged = isinstance(mlp.fc2, nn.Identity)
-        if (fc2 is None) != merged:
-            raise ValueError(f"blocks.{index}.mlp: " + ("is merged, so it takes a single Linear" if merged else
-                                                       "is not merged; merge it with merge_mlp"))
-        if fc2 is None:
-            mlp.fc1 = fc1
-            return
-        if fc1.out_features != fc2.in_features:
-            raise ValueError(f"blocks.{index}.mlp: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
-        mlp.fc1, mlp.fc2 = fc1, fc2
-        self._skip_constant(index)
+        set_mlp_linears(self.model.blocks[index].mlp, f"blocks.{index}.mlp", fc1, fc2)
+        if fc2 is not None:
+            self._skip_constant(index)
 
     def merge_mlp(self, index: int, linear: nn.Linear) -> None:
         block = self.model.blocks[index]
-        mlp = block.mlp
-        # timm's Mlp runs fc1 -> act -> drop1 -> norm -> fc2 -> drop2; with identities it is exactly `linear`.
-        mlp.fc1, mlp.act, mlp.drop1, mlp.fc2 = linear, nn.Identity(), nn.Identity(), nn.Identity()
+        merge_mlp_linear(block.mlp, linear)
         block.ls2 = nn.Identity()
 
     def remove_attention(self, index: int, norm: nn.Module | None) -> None:
@@ -280,10 +295,7 @@ class TimmViTAdapter(ViTAdapter):
                                                                value_dims=value_dims))
 
     def set_activation(self, index: int, act: nn.Module) -> None:
-        mlp = self.model.blocks[index].mlp
-        if isinstance(mlp.fc2, nn.Identity):
-            raise ValueError(f"blocks.{index}.mlp is merged and has no activation")
-        mlp.act = act
+        set_mlp_activation(self.model.blocks[index].mlp, f"blocks.{index}.mlp", act)
 
     def prune_embed_dims(self, keep: list[int]) -> None:
         model = self.model

@@ -36,8 +36,11 @@ from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.hetdpt.pipeline import REQUIRES as HETDPT_REQUIRES
+from vitprune.methods.hiap.pipeline import REQUIRES as HIAP_REQUIRES
 from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
+from vitprune.methods.vbp.pipeline import REQUIRES as VBP_REQUIRES
 from vitprune.recipe import RUN_MODEL_DIR, load, save
 from vitprune.training import DistillConfig, TrainConfig, evaluate, finetune_pruned
 
@@ -429,13 +432,6 @@ def _finetune(model: nn.Module, configs: tuple[TrainConfig, DistillConfig], ctx:
     return student, {**asdict(distill), "epochs": train.epochs}
 
 
-def _requires(module: str) -> Callable[[Any], tuple[str, ...]]:
-    """A method's needs of a family, its pipeline module's ``REQUIRES`` whatever the settings."""
-    import importlib
-
-    return lambda _config: importlib.import_module(module).REQUIRES
-
-
 class _Method(NamedTuple):
     """How a step method reads its settings (checked before a chain runs), what it needs of the model's family (its
     name for the refusal, and the capabilities its settings need) and what it does with them."""
@@ -452,16 +448,16 @@ _METHODS: dict[str, _Method] = {
                      "output_gelu", _depth_config, _depth, "depth pruning", lambda config: config.requires),
     "hetdpt": _Method("budget, split ([A, G] or 'auto'), predictor (an earlier run's predictor.json), preset, "
                       "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields",
-                      _hetdpt_config, _hetdpt, "HetDPT", _requires("vitprune.methods.hetdpt.pipeline")),
+                      _hetdpt_config, _hetdpt, "HetDPT", lambda _config: HETDPT_REQUIRES),
     "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, embed, "
                      "isomorphic, round_to, batches", _width_config, _width, "width pruning",
                      lambda config: config.requires),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp,
-                   "VBP", _requires("vitprune.methods.vbp.pipeline")),
+                   "VBP", lambda _config: VBP_REQUIRES),
     "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star,
                     "STAR", lambda config: config.requires),
     "hiap": _Method("TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)",
-                    _hiap_config, _hiap, "HiAP", _requires("vitprune.methods.hiap.pipeline")),
+                    _hiap_config, _hiap, "HiAP", lambda _config: HIAP_REQUIRES),
     "finetune": _Method("TrainConfig's fields (epochs required) and DistillConfig's: distill (default none), alpha, "
                         "tau",
                         _finetune_config, _finetune, "fine-tuning", lambda _config: ()),
