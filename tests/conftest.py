@@ -57,6 +57,14 @@ CONVNEXT_TINY = {"depths": (3, 3, 3, 3), "dims": (8, 16, 32, 64), "num_classes":
 SUPPORTED_MODELS += [
     ("convnext_tiny", "convnext_tiny", CONVNEXT_TINY, True),
 ]
+#: timm's Swin at tiny widths: twelve blocks in Swin-T's four stages (2, 2, 6, 2), 32 px in 2-px patches, windows of 4
+#: tokens a side, so that the first two stages' odd blocks shift their windows (with the mask) and the last stage's
+#: 2x2 map shrinks its window to fit.
+SWIN_TINY = {"img_size": 32, "patch_size": 2, "embed_dim": 16, "depths": (2, 2, 6, 2), "num_heads": (2, 4, 4, 8),
+             "window_size": 4, "num_classes": 10, "pretrained_cfg_overlay": {"input_size": (3, 32, 32)}}
+SUPPORTED_MODELS += [
+    ("swin_tiny", "swin_tiny_patch4_window7_224", SWIN_TINY, True),
+]
 
 #: The fast rows, for tests that build many models: one, two and zero-plus-registers prefix tokens, LayerScale,
 #: and each Hugging Face classifier.
@@ -64,12 +72,14 @@ SMALL_MODELS = [m for m in SUPPORTED_MODELS if m[3]]
 
 
 def _family(name: str) -> type:
-    from vitprune.adapters import ConvNeXtAdapter, HFViTAdapter, LVViTAdapter, TimmViTAdapter
+    from vitprune.adapters import ConvNeXtAdapter, HFViTAdapter, LVViTAdapter, SwinAdapter, TimmViTAdapter
 
     if name.startswith(VITPRUNE_PREFIX):
         return LVViTAdapter
     if name.startswith("convnext"):
         return ConvNeXtAdapter
+    if name.startswith("swin"):
+        return SwinAdapter
     return HFViTAdapter if name.startswith(HF_PREFIX) else TimmViTAdapter
 
 

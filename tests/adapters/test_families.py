@@ -33,7 +33,8 @@ EXPECTED = {
 }
 
 
-@pytest.mark.needs("head_width")
+# One token stream of one width through every block (Swin's windows and stages: tests/adapters/test_swin.py).
+@pytest.mark.needs("head_width", "embed_width")
 def test_adapter_describes_structure(model_spec):
     name, kwargs = model_spec
     model = build(name, kwargs)
@@ -78,7 +79,7 @@ def _block_from_view(view, x):
     return view.act(x + view.drop_path2(view.ls2(h)))
 
 
-@pytest.mark.needs("head_width")
+@pytest.mark.needs("head_width", "embed_width")
 def test_view_reproduces_block_forward(model_spec):
     """The head layout of q, k and v and the sublayer order the views document are the ones the model runs."""
     name, kwargs = model_spec
@@ -91,7 +92,7 @@ def test_view_reproduces_block_forward(model_spec):
             torch.testing.assert_close(_block_from_view(view, x), view.module(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.needs("attention_removal")
+@pytest.mark.needs("attention_removal", "embed_width")
 @pytest.mark.parametrize("identity", ["norm", "skip"])
 def test_view_reproduces_depth_pruned_blocks(small_model_spec, identity):
     """Blocks without attention, with a merged MLP or an output activation are described faithfully too."""

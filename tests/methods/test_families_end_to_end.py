@@ -1,11 +1,11 @@
-"""Every method runs end to end on each family beyond timm's ViT (a Hugging Face classifier, LV-ViT), through
-chains: the result counts what it runs, saves, loads in a fresh model equal to it, and exports to ONNX within
-tolerance (the chain's consistency check)."""
+"""Every method runs end to end on each family beyond timm's ViT (a Hugging Face classifier, LV-ViT, ConvNeXt,
+Swin), through chains: the result counts what it runs, saves, loads in a fresh model equal to it, and exports to
+ONNX within tolerance (the chain's consistency check)."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import CONVNEXT_TINY, HF_TINY, LVVIT_TINY, tracked
+from conftest import CONVNEXT_TINY, HF_TINY, LVVIT_TINY, SWIN_TINY, tracked
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
@@ -105,3 +105,25 @@ def test_convnext_vbp_activation_removal_and_finetune(tmp_path):
     assert "prune_mlp_neurons" in ops and ops.count("remove_activation") == 2
     views = vitprune.get_adapter(final).blocks()
     assert views[2].mlp.merged and views[5].mlp.merged and report.steps[2]["summary"]["removed"] > 0
+
+
+@pytest.mark.slow
+def test_swin_depth_vbp_hetdpt_and_finetune(tmp_path):
+    """Swin: attention and GELU removal by hand, VBP over its windows' positions, then HetDPT's gated search (its
+    transfer entropy on the last stage's pooled features) and fine-tuning; shifted blocks among those pruned."""
+    setting = _setting("swin_tiny_patch4_window7_224", {**SWIN_TINY, "depths": (2, 2, 2, 2), "in_chans": 1,
+                                                         "pretrained_cfg_overlay": {"input_size": (1, 32, 32)}})
+    points = [(a, t, 0.9 - 0.5 * (1 - t)) for a in (0.5, 0.75, 1.0) for t in (0.5, 0.75, 1.0)]
+    predictor = save_predictor(fit_predictor(points, degrees=(1,)), tmp_path / "predictor.json")
+    report, final = _chain(setting, [
+        {"method": "depth", "attention": [1], "activation": [2]},
+        {"method": "vbp", "ratio": 0.3, "calibration_images": 32, "calibration_batch": 16},
+        {"method": "hetdpt", "budget": 2, "predictor": str(predictor), "preset": "digits", "search_epochs": 1,
+         "batch_size": 32},
+        {"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32},
+    ], tmp_path / "run")
+    ops = [e.op for e in vitprune.get_recipe(final).edits]
+    assert ops[:2] == ["remove_attention", "remove_activation"] and "prune_mlp_neurons" in ops
+    assert ops.count("remove_attention") == 3  # HetDPT's two on top
+    views = vitprune.get_adapter(final).blocks()
+    assert sum(v.attn is None for v in views) == 3 and views[2].mlp.merged

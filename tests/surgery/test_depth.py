@@ -102,8 +102,8 @@ def test_pruned_equals_gated(model_spec):
     views = vitprune.get_adapter(model).blocks()
     assert [v.index for v in views if v.attn is None] == ATTENTION
     assert [v.index for v in views if v.mlp.merged] == ACTIVATION
-    dim = vitprune.get_adapter(model).embed_dim
-    for i in ACTIVATION:
+    for i in ACTIVATION:  # the block's own width: Swin's stages differ
+        dim = views[i].norm2.normalized_shape[0]
         assert views[i].mlp.fc1.weight.shape == (dim, dim) and views[i].mlp.fc2 is None
 
 
@@ -164,9 +164,13 @@ def test_unmerged_removal_then_merge_is_exact(small_model_spec, tmp_path):
     folded = sum(p.numel() for p in view.ls1.parameters())  # LayerScale folds into LN1
     attention = sum(p.numel() for p in view.attn.module.parameters())
     expected = _assert_pruned_equals_gated(model, [2], [3, 4], merge=False)
-    dim = vitprune.get_adapter(model).embed_dim
-    # The unmerged linears keep all their weights: only the attention's go (q, k, v and proj, with their biases).
-    assert attention == 4 * dim * dim + dim + 3 * dim * (view.attn.qkv.linears[0].bias is not None)
+    dim = view.attn.proj.out_features  # the block's stream (Swin's stages differ)
+    # The unmerged linears keep all their weights: only the attention's go (q, k, v and proj, with their biases,
+    # and Swin's relative-position bias table).
+    projections = sum(p.numel() for linear in (*view.attn.qkv.linears, view.attn.proj) for p in linear.parameters())
+    assert projections == 4 * dim * dim + dim + 3 * dim * (view.attn.qkv.linears[0].bias is not None)
+    table = getattr(view.attn.module, "relative_position_bias_table", None)
+    assert attention == projections + (0 if table is None else table.numel())
     assert count_macs(model).params == params - attention - folded
     views = vitprune.get_adapter(model).blocks()
     assert not views[3].mlp.has_activation and not views[3].mlp.merged and views[5].mlp.has_activation

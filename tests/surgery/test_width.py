@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import EXAMPLES, images, property_test, small_vits
 
 import vitprune
-from vitprune.adapters import TimmViTAdapter
+from vitprune.adapters import HFViTAdapter, TimmViTAdapter
 from vitprune.adapters.timm_blocks import DepthBlock
 from vitprune.errors import VitpruneError
 from vitprune.surgery import (compensate_mean_shift, prune_attention_dims, prune_head_dims, prune_heads,
@@ -43,9 +43,11 @@ def test_prune_heads_equals_masked_heads(small_model_spec):
     view = vitprune.get_adapter(model).block(2).attn
     assert view.num_heads == heads - 1 and view.qkv.widths == ((heads - 1) * hd,) * 3
     assert sum(lin.out_features for lin in view.qkv.linears) == 3 * (heads - 1) * hd
-    dim = adapter.embed_dim
+    dim = view.proj.out_features  # the block's stream (Swin's stages differ)
     qkv_bias = adapter.block(2).attn.qkv.linears[0].bias is not None
-    removed = 3 * hd * (dim + qkv_bias) + hd * dim  # qkv rows (with their biases), proj columns
+    table = getattr(view.module, "relative_position_bias_table", None)  # Swin's: a column per head
+    # qkv rows (with their biases), proj columns, the head's relative-position biases
+    removed = 3 * hd * (dim + qkv_bias) + hd * dim + (0 if table is None else table.shape[0])
     assert sum(p.numel() for p in model.parameters()) == params_before - removed
     assert vitprune.get_recipe(model).edits[-1].args == {"block": 2, "keep": keep}
 
@@ -120,13 +122,14 @@ def test_token_pruning_runs_on_a_block_whose_mlp_has_no_neuron():
         torch.testing.assert_close(model.eval()(x), reference(x), rtol=1e-5, atol=1e-5)
 
 
-def _unfused(model) -> None:
-    """Make the model's attention take its unfused (eager) path."""
-    if isinstance(vitprune.get_adapter(model), TimmViTAdapter):
-        for view in vitprune.get_adapter(model).blocks():
-            view.attn.module.fused_attn = False
-    else:
-        model.hf.set_attn_implementation("eager")
+def _attention_path(model, fused: bool) -> None:
+    """Make the model's attention take its fused (scaled-dot-product kernel) or unfused (eager) path."""
+    adapter = vitprune.get_adapter(model)
+    if isinstance(adapter, HFViTAdapter):
+        model.hf.set_attn_implementation("sdpa" if fused else "eager")
+        return
+    for view in adapter.blocks():  # timm's attentions (Swin's starts unfused: timm deems its fused path experimental)
+        view.attn.module.fused_attn = fused
 
 
 @pytest.mark.needs("head_width")
@@ -149,8 +152,9 @@ def test_prune_head_dims_keeps_the_same_offsets_in_every_head_and_both_attention
     assert attn.softmax_scale == 6 ** -0.5
     assert torch.equal(attn.qkv.linears[0].weight[:6 * heads], q_rows)
     with torch.no_grad():
+        _attention_path(model, fused=True)
         fused = model(x)
-        _unfused(model)
+        _attention_path(model, fused=False)
         torch.testing.assert_close(model(x), fused, rtol=1e-5, atol=1e-5)
 
 

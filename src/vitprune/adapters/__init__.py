@@ -8,12 +8,13 @@ from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, 
 from vitprune.adapters.hf_vit import HFImageClassifier, HFViTAdapter
 from vitprune.adapters.lvvit import LVViTAdapter
 from vitprune.adapters.timm_convnext import ConvNeXtAdapter
+from vitprune.adapters.timm_swin import SwinAdapter
 from vitprune.adapters.timm_vit import TimmViTAdapter
 from vitprune.errors import UnsupportedArchitectureError
 
 #: Adapter classes tried in order by :func:`get_adapter`; a new family registers here (a subclass of another
 #: family's model before that family).
-ADAPTERS: list[type[ViTAdapter]] = [LVViTAdapter, TimmViTAdapter, HFViTAdapter, ConvNeXtAdapter]
+ADAPTERS: list[type[ViTAdapter]] = [LVViTAdapter, TimmViTAdapter, HFViTAdapter, ConvNeXtAdapter, SwinAdapter]
 
 
 def find_adapter(model: nn.Module) -> ViTAdapter | None:
@@ -38,6 +39,6 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
 
 __all__ = [
     "ADAPTERS", "CAPABILITIES", "QKV", "AttentionView", "BlockView", "ConvNeXtAdapter", "HFImageClassifier",
-    "HFViTAdapter", "LVViTAdapter", "MlpView",
+    "HFViTAdapter", "LVViTAdapter", "MlpView", "SwinAdapter",
     "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
 ]

@@ -30,6 +30,8 @@ CAPABILITIES: dict[str, str] = {
     "head_width": "prune heads and head dimensions",
     "value_width": "give each head its own number of value dimensions",
     "embed_width": "prune embedding channels",
+    # torch-pruning's graph must find every head's group (Swin's window attention and stage-wise streams defeat it).
+    "width_planning": "have torch-pruning plan its width",
     "token_pruning": "prune tokens",
     "lrp": "propagate LRP relevance through its blocks",
     "gates": "train gates on its sublayers, heads and neurons",
@@ -261,6 +263,15 @@ class ViTAdapter(ABC):
         their mean; returns whether it has such a head (by default none, and nothing changes)."""
         return False
 
+    @property
+    def num_features(self) -> int:
+        """Width of the features the classifier reads (:meth:`pre_logits`); the embedding width by default."""
+        return self.embed_dim
+
+    def block_tokens(self, x: torch.Tensor) -> int:
+        """Tokens (positions) in ``x``, a block's input: ``(B, tokens, C)`` by default."""
+        return x.shape[1]
+
     @abstractmethod
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """The tokens entering the first block for ``images``: ``(B, C, H, W)`` in, ``(B, tokens, embed_dim)`` out."""
@@ -298,10 +309,12 @@ class ViTAdapter(ABC):
 
     @abstractmethod
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
-                      head_dim: int | None = None) -> None:
+                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
         """Install new attention projections in block ``index`` with ``num_heads`` heads of ``head_dim``
         (``None``: unchanged); a new head dim gets the softmax scale ``head_dim**-0.5``. ``qkv`` has the form
-        of the block's :attr:`AttentionView.qkv` (as :meth:`QKV.select` returns)."""
+        of the block's :attr:`AttentionView.qkv` (as :meth:`QKV.select` returns). ``heads`` names which of the
+        block's current heads the projections hold, in order (``None``: all of them): a family whose heads own
+        parameters besides the projections (Swin's relative-position bias) keeps those of these heads."""
 
     @abstractmethod
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:

@@ -379,7 +379,7 @@ class HFViTAdapter(ViTAdapter):
         return layer
 
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
-                      head_dim: int | None = None) -> None:
+                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
         attn = self._attention(index)
         if isinstance(attn, HFVariableHeadAttention):
             raise ValueError(f"{self._prefix}.layers.{index}.attention has heads of different value widths; prune it "

@@ -117,6 +117,13 @@ class ConvNeXtAdapter(ViTAdapter):
     def data_config(self) -> dict[str, Any] | None:
         return timm_data_config(self.model)
 
+    @property
+    def num_features(self) -> int:
+        return self.model.num_features
+
+    def block_tokens(self, x: torch.Tensor) -> int:
+        return x.shape[-2] * x.shape[-1]  # channels-first (B, C, H, W)
+
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         raise self._lacks("tokens")
 
@@ -160,7 +167,7 @@ class ConvNeXtAdapter(ViTAdapter):
         set_mlp_activation(block.mlp, f"{name}.mlp", act)
 
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
-                      head_dim: int | None = None) -> None:
+                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
         raise self._lacks("attention")
 
     def remove_attention(self, index: int, norm: nn.Module | None) -> None:

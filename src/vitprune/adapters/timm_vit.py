@@ -235,7 +235,7 @@ class TimmViTAdapter(ViTAdapter):
             self._depth_block(index)
 
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
-                      head_dim: int | None = None) -> None:
+                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
         qkv = _fused(index, qkv)
         attn, _ = unwrap(self.model.blocks[index].attn)
         if attn is None:

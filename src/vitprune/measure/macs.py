@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitprune.adapters import BlockView, get_adapter
+from vitprune.adapters import ViTAdapter, get_adapter
 from vitprune.errors import VitpruneError
 
 #: Counting conventions: ``full`` adds the attention matmuls to the linear/conv layers.
@@ -159,7 +159,7 @@ def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = No
         input_size, batch_size = tuple(image.shape), 1
     size = resolve_input_size(model, input_size)
     x = image[None] if image is not None else torch.randn(batch_size, *size, generator=torch.Generator().manual_seed(0))
-    blocks, other = _trace(model, adapter.blocks(), x)
+    blocks, other = _trace(model, adapter, x)
     return MacReport(
         params=sum(p.numel() for p in model.parameters()),
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -190,8 +190,9 @@ def _layer_macs(module: nn.Module, output: torch.Tensor) -> int:
     return output.numel() * math.prod(module.kernel_size) * (module.in_channels // module.groups)
 
 
-def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[list[BlockMacs], dict[str, int]]:
+def _trace(model: nn.Module, adapter: ViTAdapter, x: torch.Tensor) -> tuple[list[BlockMacs], dict[str, int]]:
     """Run one forward; per-image MACs of each block and of each compute layer outside the blocks."""
+    views = adapter.blocks()
     blocks = [BlockMacs(index=v.index, tokens=0, heads=v.attn.num_heads if v.attn else 0,
                         mlp_hidden=v.mlp.hidden_features if v.mlp else None) for v in views]
     other: dict[str, int] = {}
@@ -216,15 +217,14 @@ def _trace(model: nn.Module, views: list[BlockView], x: torch.Tensor) -> tuple[l
 
     def block_hook(block: BlockMacs):
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
-            x = _first_tensor(args, kwargs)
-            # A token sequence (B, N, C), or a channels-first feature map (B, C, H, W) of H·W positions.
-            block.tokens = x.shape[1] if x.dim() == 3 else x.shape[-2] * x.shape[-1]
+            block.tokens = adapter.block_tokens(_first_tensor(args, kwargs))
         return hook
 
     # On the projections' input, not the attention module's: a token-pruning block runs the attention
     # through its submodules (to read the [CLS] row too), but every path projects the tokens that attend.
     # QK^T costs N^2 per query/key dimension, A.V N^2 per value dimension (heads may differ in value
     # width after HiAP); a token-pruning block also scores with its [CLS] row: one query against N keys.
+    # Window attention (Swin) projects (windows·B, N, C): N tokens per window, attending within it.
     def attn_hook(block: BlockMacs, qk_width: int, v_width: int, cls_row: bool):
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
             x = _first_tensor(args, kwargs)

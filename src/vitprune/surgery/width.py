@@ -30,7 +30,7 @@ def prune_heads(model: nn.Module, block: int, keep: Sequence[int]) -> None:
     hd = attn.head_dim
     head_rows = [h * hd + d for h in keep for d in range(hd)]
     adapter.set_attention(block, qkv=attn.qkv.select(head_rows, head_rows, head_rows),
-                          proj=slice_linear(attn.proj, in_idx=head_rows), num_heads=len(keep))
+                          proj=slice_linear(attn.proj, in_idx=head_rows), num_heads=len(keep), heads=keep)
 
 
 def _uniform_attention(model: nn.Module, block: int, edit: str):

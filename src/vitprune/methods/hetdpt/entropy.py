@@ -48,7 +48,7 @@ def feature_entropy(model: nn.Module, loader: Batches, *, max_images: int | None
     """
     adapter = get_adapter(model)
     device = next(model.parameters()).device
-    moments: Moments = empty_moments(adapter.embed_dim, device)
+    moments: Moments = empty_moments(adapter.num_features, device)
     was_training = model.training
     model.eval()
     try:

@@ -57,7 +57,7 @@ class WidthPlan:
 
 def width_requirements(embed: bool) -> tuple[str, ...]:
     """What width pruning needs of a model's family (``embed``: the residual stream's channels too)."""
-    return ("head_width", "ffn_width", *(["embed_width"] if embed else []))
+    return ("head_width", "ffn_width", *(["embed_width"] if embed else []), "width_planning")
 
 
 def _check_supported(model: nn.Module, embed: bool) -> None:

@@ -1,0 +1,294 @@
+"""Adapter for timm's ``SwinTransformer`` (HetDPT's and VBP's Swin-T/S/B).
+
+A Swin block is a pre-norm ViT block on channels-last ``(B, H, W, C)`` features whose attention runs inside
+(shifted) windows: ``x + attn(norm1(x))`` with the attention partitioning the map into windows of ``W×W`` tokens,
+then ``x + mlp(norm2(x))``. Two things set it apart for surgery:
+
+- each head owns a column of the relative-position bias table ``((2W−1)², heads)``, so pruning heads must keep the
+  kept heads' columns (:meth:`SwinAdapter.set_attention`'s ``heads``);
+- the stream changes width at every patch merging (a ``4C → 2C`` Linear between stages), so there is no single
+  embedding width, no [CLS] token and no token grid that survives the whole model.
+
+What it can have done to it: attention-sublayer removal, GELU removal with the exact fc1·fc2 merge, FFN neurons
+(VBP), heads and head dimensions, and depth gates. Token pruning and LRP (STAR, which ranks tokens by a [CLS]
+token Swin lacks), embedding-channel pruning and uneven value widths (HiAP's extraction) are refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from timm.data import resolve_model_data_config
+from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock, WindowAttention
+from torch import nn
+
+from vitprune.adapters.base import QKV, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.channels import reject, slice_parameter, unwrap
+from vitprune.adapters.timm_vit import (
+    check_mlp,
+    merge_mlp_linear,
+    set_mlp_activation,
+    set_mlp_linears,
+    timm_data_config,
+)
+from vitprune.errors import UnsupportedArchitectureError
+
+
+class SwinDepthBlock(nn.Module):
+    """timm's ``SwinTransformerBlock`` whose attention may be gone, followed by an output activation.
+
+    Without attention the branch is ``x + norm1(x)`` (the "norm" identity) or gone (``norm1 is None``), as in
+    :class:`~vitprune.adapters.timm_blocks.DepthBlock`. The window partition, cyclic shift and shifted-window mask
+    are timm's own code (``_attn`` and ``get_attn_mask`` are the block's methods), so a kept attention computes
+    exactly what it did. Submodule names are timm's, so the surviving parts' state-dict keys do not change.
+    """
+
+    _attn = SwinTransformerBlock._attn
+    get_attn_mask = SwinTransformerBlock.get_attn_mask
+
+    def __init__(self, block: SwinTransformerBlock) -> None:
+        super().__init__()
+        for name in ("dim", "input_resolution", "target_shift_size", "always_partition", "dynamic_mask",
+                     "window_size", "shift_size", "window_area", "mlp_ratio"):
+            setattr(self, name, getattr(block, name))
+        self.norm1, self.attn, self.drop_path1 = block.norm1, block.attn, block.drop_path1
+        self.norm2, self.mlp, self.drop_path2 = block.norm2, block.mlp, block.drop_path2
+        self.register_buffer("attn_mask", block.attn_mask, persistent=False)
+        self.act = nn.Identity()
+        self.train(block.training)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        if self.attn is not None:
+            x = x + self.drop_path1(self._attn(self.norm1(x)))
+        elif self.norm1 is not None:
+            x = x + self.drop_path1(self.norm1(x))
+        x = x.reshape(b, -1, c)
+        x = x + self.drop_path2(self.mlp(self.norm2(x)))
+        return self.act(x.reshape(b, h, w, c))
+
+
+def _head_dim(attn: WindowAttention) -> int:
+    # timm's WindowAttention keeps no head_dim: its forward reshapes qkv's rows into (3, heads, -1).
+    return attn.qkv.out_features // (3 * attn.num_heads)
+
+
+def _check_attention(path: str, attn: nn.Module | None) -> None:
+    attn, _ = unwrap(attn)
+    if attn is not None and type(attn) is not WindowAttention:
+        raise reject(path, attn, "only timm's WindowAttention is supported")
+
+
+class SwinAdapter(ViTAdapter):
+    """timm ``SwinTransformer`` whose blocks are ``SwinTransformerBlock`` (or what depth surgery leaves of one)."""
+
+    family = "timm-swin"
+    capabilities = frozenset({"attention_removal", "activation_removal", "ffn_width", "head_width", "gates"})
+    family_modules = ("timm.models.swin_transformer", "vitprune.adapters.timm_swin")
+    family_attributes = frozenset({"relative_position_bias_table", "relative_position_index", "downsample",
+                                   "shift_size", "window_area", "input_resolution", "reduction"})
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        for path, block in self._blocks():
+            if type(block) not in (SwinTransformerBlock, SwinDepthBlock):
+                raise reject(path, block, "only timm's SwinTransformerBlock is supported")
+            _check_attention(f"{path}.attn", block.attn)
+            check_mlp(f"{path}.mlp", block.mlp)
+
+    @classmethod
+    def matches(cls, model: nn.Module) -> bool:
+        return isinstance(model, SwinTransformer)
+
+    def require(self, *needed: str, by: str) -> None:
+        try:
+            super().require(*needed, by=by)
+        except UnsupportedArchitectureError as exc:
+            if not {"token_pruning", "lrp"} & set(needed):
+                raise
+            raise UnsupportedArchitectureError(f"{exc}: Swin has no [CLS] token to rank tokens by (it averages its "
+                                               "last stage's tokens)") from None
+
+    def _blocks(self) -> list[tuple[str, nn.Module]]:
+        return [(f"layers.{s}.blocks.{j}", block) for s, stage in enumerate(self.model.layers)
+                for j, block in enumerate(stage.blocks)]
+
+    def _block(self, index: int) -> tuple[str, nn.Module]:
+        blocks = self._blocks()
+        if not 0 <= index < len(blocks):
+            raise IndexError(f"block {index} out of range: the model has {len(blocks)} blocks")
+        return blocks[index]
+
+    def blocks(self) -> list[BlockView]:
+        views = []
+        for index, (name, block) in enumerate(self._blocks()):
+            (a, attn_gate), m = unwrap(block.attn), block.mlp
+            act, act_gate = unwrap(m.act)
+            attn = None
+            if a is not None:
+                hd = _head_dim(a)
+                attn = AttentionView(module=a, qkv=QKV.of_heads((a.qkv,), a.num_heads, hd), proj=a.proj,
+                                     num_heads=a.num_heads, head_dim=hd, gate=attn_gate, scale=a.scale)
+            views.append(BlockView(
+                index=index, name=name, module=block, norm1=block.norm1, attn=attn,
+                ls1=nn.Identity() if block.norm1 is not None else None, drop_path1=block.drop_path1,
+                norm2=block.norm2,
+                mlp=MlpView(module=m, fc1=m.fc1, act=act, fc2=m.fc2 if isinstance(m.fc2, nn.Linear) else None,
+                            gate=act_gate),
+                ls2=nn.Identity(), drop_path2=block.drop_path2,
+                act=block.act if isinstance(block, SwinDepthBlock) else nn.Identity()))
+        return views
+
+    @staticmethod
+    def _lacks(what: str) -> UnsupportedArchitectureError:
+        return UnsupportedArchitectureError(f"timm-swin models have no {what}")
+
+    @property
+    def embed_dim(self) -> int:
+        raise self._lacks("single embedding width: patch merging doubles it stage by stage")
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 0
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        raise self._lacks("single token grid: patch merging halves it stage by stage")
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        return tuple(resolve_model_data_config(self.model)["input_size"])
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        return timm_data_config(self.model)
+
+    @property
+    def num_features(self) -> int:
+        return self.model.num_features
+
+    def block_tokens(self, x: torch.Tensor) -> int:
+        return x.shape[1] * x.shape[2]  # channels-last (B, H, W, C)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        raise self._lacks("single token sequence: patch merging runs between its stages")
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        raise self._lacks("single token sequence: patch merging runs between its stages")
+
+    @property
+    def pools_class_token(self) -> bool:
+        return False
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+
+    @property
+    def stem(self) -> nn.Module:
+        return self.model.patch_embed.proj
+
+    def token_parameters(self) -> list[nn.Parameter]:
+        return []
+
+    def classifier_heads(self) -> list[nn.Module]:
+        fc = getattr(self.model.head, "fc", None)
+        return [fc] if isinstance(fc, nn.Linear) else []
+
+    def _depth_block(self, index: int) -> SwinDepthBlock:
+        """Block ``index`` as a :class:`SwinDepthBlock`, converting timm's block in place."""
+        _, block = self._block(index)
+        if isinstance(block, SwinDepthBlock):
+            return block
+        stage, j = self._position(index)
+        new = self.model.layers[stage].blocks[j] = SwinDepthBlock(block)
+        return new
+
+    def _position(self, index: int) -> tuple[int, int]:
+        name, _ = self._block(index)
+        _, stage, _, j = name.split(".")
+        return int(stage), int(j)
+
+    def _attention(self, index: int) -> WindowAttention:
+        name, block = self._block(index)
+        attn, _ = unwrap(block.attn)
+        if attn is None:
+            raise ValueError(f"{name} has no attention")
+        return attn
+
+    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
+                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
+        name, _ = self._block(index)
+        if len(qkv) != 1:
+            raise ValueError(f"{name}.attn fuses q, k and v into one Linear; got {len(qkv)} projections")
+        (qkv,) = qkv
+        attn = self._attention(index)
+        old_dim = _head_dim(attn)
+        head_dim = old_dim if head_dim is None else head_dim
+        if heads is None and num_heads != attn.num_heads:
+            raise ValueError(f"{name}.attn keeps a relative-position bias per head: say which heads remain")
+        if heads is not None and len(heads) != num_heads:
+            raise ValueError(f"{name}.attn: {len(heads)} kept heads named for {num_heads} heads")
+        if qkv.out_features != 3 * num_heads * head_dim or proj.in_features != num_heads * head_dim:
+            raise ValueError(f"{name}.attn: projections do not fit {num_heads} heads of dim {head_dim}")
+        if heads is not None:
+            slice_parameter(attn, "relative_position_bias_table", 1, list(heads))
+        attn.qkv, attn.proj, attn.num_heads = qkv, proj, num_heads
+        # timm's fused kernel scales by head_dim**-0.5 of the tensors it gets; the unfused path must agree.
+        if head_dim != old_dim:
+            attn.scale = head_dim ** -0.5
+
+    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
+        name, block = self._block(index)
+        set_mlp_linears(block.mlp, f"{name}.mlp", fc1, fc2)
+
+    def merge_mlp(self, index: int, linear: nn.Linear) -> None:
+        merge_mlp_linear(self._block(index)[1].mlp, linear)
+
+    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
+        block = self._depth_block(index)
+        if block.attn is None:
+            raise ValueError(f"{self._block(index)[0]} has no attention to remove")
+        block.attn, block.norm1 = None, norm
+        if norm is None:
+            block.drop_path1 = None
+
+    def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
+        if position not in (1, 2):
+            raise ValueError(f"norm position must be 1 or 2, got {position}")
+        name, block = self._block(index)
+        if getattr(block, f"norm{position}") is None:
+            raise ValueError(f"{name} has no norm{position}")
+        setattr(block, f"norm{position}", norm)
+
+    def set_output_activation(self, index: int, act: nn.Module) -> None:
+        self._depth_block(index).act = act
+
+    def set_attention_module(self, index: int, module: nn.Module) -> None:
+        name, block = self._block(index)
+        _check_attention(f"{name}.attn", module)
+        if block.attn is None:
+            raise ValueError(f"{name} has no attention")
+        block.attn = module
+
+    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
+        raise self._lacks("heads of uneven value widths: its window attention runs every head at one width")
+
+    def set_activation(self, index: int, act: nn.Module) -> None:
+        name, block = self._block(index)
+        set_mlp_activation(block.mlp, f"{name}.mlp", act)
+
+    def prune_embed_dims(self, keep: list[int]) -> None:
+        raise self._lacks("single embedding width: patch merging doubles it stage by stage")
+
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
+        raise self._lacks("[CLS] token to rank its tokens by")
+
+    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
+        raise self._lacks("[CLS] token to rank its tokens by")
+
