@@ -2,9 +2,9 @@
 
 The four papers report parameter and MAC counts for their configurations, counted with different tools
 and conventions, sometimes on a different checkpoint than the one named. This script rebuilds every
-configuration a paper specifies from timm's DeiT/ViT (or vitprune's LV-ViT) with random weights (structure
-only, nothing is downloaded) with vitprune's own surgery, counts it with ``vitprune.measure.count_macs`` in both
-conventions, and sets the printed figures beside ours with the difference; each difference beyond the
+configuration a paper specifies from timm's DeiT/ViT, ConvNeXt and Swin (or vitprune's LV-ViT) with random weights
+(structure only, nothing is downloaded) with vitprune's own surgery, counts it with ``vitprune.measure.count_macs`` in
+both conventions, and sets the printed figures beside ours with the difference; each difference beyond the
 printed precision carries its explanation from the implementation notes (``notes/*.md``). What a paper
 prints but does not specify (learned architectures it does not print, other methods' results,
 architectures vitprune does not support) is listed with the printed figures and the reason.
@@ -38,6 +38,7 @@ from profile_deit import write_results
 from star_deit import ACS_GAMMA, LVVIT, LVVIT_KWARGS, static_star
 from star_deit import DENSE as STAR_DENSE
 from star_deit import TABLE2 as STAR_TABLE2
+from swin_tables import build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
 from torch import nn
 from vbp_deit import ROWS as VBP_ROWS
 
@@ -91,6 +92,16 @@ _VBP_T11 = {
 _VBP_CONVNEXT = [("T", "convnext_tiny", "28.59", "4.47"), ("S", "convnext_small", "50.22", "8.71"),
                  ("B", "convnext_base", "88.59", "15.38")]
 
+#: timm's Swin sizes the papers prune.
+_SWIN = {"T": "swin_tiny_patch4_window7_224", "S": "swin_small_patch4_window7_224", "B": "swin_base_patch4_window7_224"}
+#: HetDPT's Swin rows: (size, where printed, dense params M and GMACs, pruned params M and GMACs, layers or None).
+_HETDPT_SWIN = [("S", "Table 1", ("49.6", "8.7"), ("43.9", "7.3"), 10), ("B", "Table 1", ("87.8", "15.4"),
+                                                                          ("55.3", "9.8"), None),
+                ("T", "BoundaryDPT draft Table 1; the dense row also Table 9", ("28.3", "4.5"), ("23.4", "3.7"), 5)]
+#: VBP Table 1's Swin rows: size -> (dense params M and GMACs, [(ratio, params M, GMACs)]).
+_VBP_SWIN = {"T": (("28.29", "4.50"), [(0.45, "21.31", "3.23")]), "S": (("49.61", "8.76"), [(0.5, "35.02", "5.63")]),
+             "B": (("87.77", "15.46"), [(0.55, "56.29", "10.22"), (0.2, "76.42", "13.58")])}
+
 #: STAR's static-ACS rows: (model, rho, GFLOPs as printed, where printed).
 _STAR_ACS = [
     ("DeiT-B", 0.9, "14.0", "Table 4"),
@@ -129,33 +140,25 @@ _NOT_REPRODUCED: list[tuple[str, str, str, str, list[tuple[str, str | None, str 
       ("DeiT-B TPS", "89.5", "12.9"), ("DeiT-B ToMe", "86.6", "13.2"), ("DeiT-B GTP-ViT", "86.6", "13.2"),
       ("DeiT-S TPS", "22.8", "3.3"), ("DeiT-S ToMe", "22.1", "3.3"), ("DeiT-S GTP-ViT", "22.1", "3.5")]),
     ("HetDPT", "Tables 1, 8; BoundaryDPT draft Tables 1, 6 (Swin-T)",
-     "Swin is not a timm VisionTransformer, the only family vitprune's adapters (and so its counter) support; "
-     "HetDPT's Swin layer sets are not printed either (notes/hetdpt.md §1.11).", "G",
-     [("Swin-S (Dense)", "49.6", "8.7"), ("Swin-S DW Prun. (0.2-24)", "39.2", "6.8"),
-      ("Swin-S DW Prun. (0.2-22)", "34.4", "6.3"), ("Swin-S HetDPT (10 layers)", "43.9", "7.3"),
-      ("Swin-B (Dense)", "87.8", "15.4"), ("Swin-B SAViT", "33.0", "7.7"), ("Swin-B HetDPT", "55.3", "9.8"),
-      ("Swin-T (Dense), draft", "28.3", "4.5"), ("Swin-T DW Pruning (0.2-12), draft", "22.7", "3.6"),
-      ("Swin-T DW Pruning (0.2-10), draft", "20.2", "3.3"), ("Swin-T BoundaryDPT (5 layers), draft", "23.4", "3.7")]),
+     "Width-pruning baselines on Swin quoted from their papers; their learned widths are not printed.", "G",
+     [("Swin-S DW Prun. (0.2-24)", "39.2", "6.8"), ("Swin-S DW Prun. (0.2-22)", "34.4", "6.3"),
+      ("Swin-B SAViT", "33.0", "7.7"), ("Swin-T DW Pruning (0.2-12), draft", "22.7", "3.6"),
+      ("Swin-T DW Pruning (0.2-10), draft", "20.2", "3.3")]),
     ("HetDPT", "Tables 2, 9",
      "Width-pruning baselines quoted from their papers; their learned widths are not printed.", "G",
      [("NViT-S", "20.8", "3.9"), ("Iso-Prun. 4.2G", "20.7", "4.2"), ("Iso-Prun. 2.6G", "13.1", "2.6"),
       ("NViT-T", "6.7", "1.2"), ("Iso-Prun. 1.2G", "5.7", "1.2")]),
     ("HetDPT", "Table 9",
-     "Off-the-shelf architectures that are not timm VisionTransformers, so vitprune's counter does not support them.",
+     "Off-the-shelf architectures of families vitprune has no adapter for, so its counter does not support them (Swin-T, "
+     "the other one, is in the Swin table above).",
      "G",
-     [("Cait-S24", "46.9", "8.6"), ("Swin-T", "28.3", "4.5"), ("TNT-S", "23.8", "4.8"), ("CrossViT-S", "26.9", "5.6"),
+     [("Cait-S24", "46.9", "8.6"), ("TNT-S", "23.8", "4.8"), ("CrossViT-S", "26.9", "5.6"),
       ("Efficientformer-L3", "31.4", "3.9"), ("PVTv2-B2", "25.4", "3.9")]),
     ("HetDPT", "Table 6",
      "DINOv2-Giant's SwiGLU (GluMlp) FFN is not supported by vitprune's adapters; HetDPT's 15-layer split is not "
      "printed and does not decompose into whole attention/FFN savings (notes/hetdpt.md §1.11).", "G",
      [("DINO-V2-Giant (Dense), CIFAR-100", "1134.92", None), ("NOSE (12 layers)", "1021.55", None),
       ("HetDPT (15 layers)", "927.12", None)]),
-    ("VBP", "Tables 1, 12",
-     "Swin is not supported by vitprune's adapters; and VBP's global ranking across stages of different token counts "
-     "makes the pruned MACs depend on the trained variances (notes/vbp.md §7).", "G",
-     [("Swin-T dense", "28.29", "4.50"), ("Swin-T (45%)", "21.31", "3.23"), ("Swin-S dense", "49.61", "8.76"),
-      ("Swin-S (50%)", "35.02", "5.63"), ("Swin-B dense", "87.77", "15.46"), ("Swin-B (55%)", "56.29", "10.22"),
-      ("Swin-B (20%)", "76.42", "13.58")]),
     ("VBP", "Table 5",
      "NViT's learned widths are not printed (a baseline quoted from its paper).", "G",
      [("NViT (50 Ep.)", "56.37", None), ("NViT (1 Ep.)", "56.85", None)]),
@@ -398,16 +401,67 @@ def _hetdpt_section(out_dir: Path) -> dict[str, Any]:
                     "Its MACs are the distilled model's, full convention.")
         kd.append(_row(f"{_LABELS[name]}-KD ({tables})", params, gmacs, ours, "full", note))
     kd[1:1] = _hetdpt_plus_rows(out_dir)
+    swin_intro = ("timm's Swin with random weights, full convention: the dense rows' params and MACs round to the "
+                  "printed figures. The paper prints how many layers it removes but not which (notes/hetdpt.md §1.11). "
+                  "Removing an attention or a GELU costs the same in every block of a stage, so each pruned row lists "
+                  "the per-stage splits whose counts round to both printed figures, measured (one removal per stage "
+                  "and type, counted); ours builds the closest, removing each stage's last blocks.")
     plus_intro = ("HetDPT+ = the 10-layer configuration plus width pruning to each MAC target; its rows come from "
                   "`hetdpt_plus_budgets.py`'s results (linear convention, distilled DeiT-B, as the paper's pruned "
                   "rows), not recomputed here.")
     return {"paper": "HetDPT", "note": "notes/hetdpt.md",
             "tables": [depth_table, _table("Tables 2 and 9: distilled baselines and HetDPT+", "MACs (G)", kd,
-                                           plus_intro)],
+                                           plus_intro),
+                       _table("Table 1 and the draft's Table 1: Swin", "MACs (G)", _hetdpt_swin_rows(), swin_intro)],
             "not_reproduced": _not_reproduced("HetDPT")}
 
 
+@functools.cache
+def _swin_stages(size: str) -> tuple:
+    return tuple(stages(_base(_SWIN[size])))
+
+
+def _hetdpt_swin_rows() -> list[dict[str, Any]]:
+    """HetDPT's Swin rows: dense, then the closest per-stage split of the printed layer count (or of any count)."""
+    rows = []
+    for size, tables, (dense_params, dense_gmacs), (params, gmacs), layers in _HETDPT_SWIN:
+        name, stage_list = _SWIN[size], list(_swin_stages(size))
+        rows.append(_row(f"Swin-{size} (Dense; {tables}; `{name}`)", dense_params, dense_gmacs, _dense(name), "full"))
+        splits = {c: depth_splits(stage_list, _dense(name), params, gmacs, c, layers) for c in CONVENTIONS}
+        best = splits["full"][0]
+        counts = "" if layers else (f" of {min(s.layers for s in splits['full'])}-"
+                                    f"{max(s.layers for s in splits['full'])} layers")
+        note = (f"{len(splits['full'])} per-stage splits{counts} round to both printed figures in the full convention "
+                f"({len(splits['linear'])} in the linear); ours is the closest: {best.describe()} "
+                f"({best.layers} layers; stages of {'/'.join(str(len(s.blocks)) for s in stage_list)} blocks).")
+        label = f"{layers} layers" if layers else "layer count not printed"
+        rows.append(_row(f"Swin-{size} HetDPT ({label}; {tables})", params, gmacs,
+                         build_split(_base(name), stage_list, best), "full", note))
+    return rows
+
+
 # ---------------------------------------------------------------- VBP
+
+def _vbp_swin_rows() -> list[dict[str, Any]]:
+    """VBP Table 1's Swin rows: dense, then p of every block's neurons (the per-stage split the printed rows imply
+    in the note)."""
+    rows = []
+    for size, (dense, printed) in _VBP_SWIN.items():
+        name = _SWIN[size]
+        rows.append(_row(f"Swin-{size} dense (`{name}`)", *dense, _dense(name), "full",
+                         f"The paper's dense count is {float(dense[1]) - _dense(name)['macs_full'] / 1e9:.3f} G above "
+                         "ours (see the introduction)."))
+        for ratio, params, gmacs in printed:
+            shares = vbp_stage_shares(list(_swin_stages(size)), ratio, dense, (params, gmacs))
+            implied = ("no split of the removed neurons over the stages gives both printed figures" if shares is None
+                       else "the printed rows imply that VBP removed " + ", ".join(
+                           f"{lo:.0%}-{hi:.0%}" if round(lo, 2) != round(hi, 2) else f"{lo:.0%}"
+                           for lo, hi in shares) + " of stages 1-4's neurons")
+            rows.append(_row(f"Swin-{size} {ratio:.0%} (uniform split)", params, gmacs,
+                             uniform_vbp(_base(name), ratio), "full",
+                             f"Ours removes {ratio:.0%} of every block's neurons; {implied}."))
+    return rows
+
 
 def _vbp_rows(name: str, printed: list[tuple[float, str, str]], dense: tuple[str, str], num_classes: int = 1000,
               label: str = "") -> list[dict[str, Any]]:
@@ -484,6 +538,14 @@ def _vbp_section() -> dict[str, Any]:
                 "conventions agree. The pruned rows "
                 "are listed below: VBP's one global ranking across stages of different widths and positions makes "
                 "their structure depend on the trained variances.")
+    swin_intro = ("timm's Swin with random weights, full convention: the params agree to the printed digit, the "
+                  "MACs are 0.01-0.03 G (0.2%) above ours, of the size Swin's own counter's norms would add. VBP "
+                  "ranks every neuron by its trained variance in one global list, so how many each stage loses, and "
+                  "with it the params and MACs (a neuron costs 2C + 1 params and 2C·T MACs in its stage: 4x the MACs "
+                  "per param in stage 1 as in stage 2), depends on the weights (notes/vbp.md §7). Ours removes the "
+                  "same share of every block's neurons; the note says what split the printed rows imply (solved from "
+                  "the count ceil(p · all), the params and the MACs the printed rows differ by, within their "
+                  "rounding).")
     offsets = ", ".join(f"{float(_VBP_T10[n][1]) - _dense(n)['macs_full'] / 1e9:.3f}" for n in (_T, _S, _B))
     intro = ("VBP removes ceil(p × all MLP neurons) by one global ranking; every DeiT block has the same width and "
              "token count, so the counts depend on p only. The paper's MACs follow the full convention, but its dense "
@@ -499,7 +561,8 @@ def _vbp_section() -> dict[str, Any]:
                        _table("Table 10: ImageNet-1k, 5-50%", "MACs (G)", t10),
                        _table("Table 11: CIFAR-100, 30-70%", "MACs (G)", t11,
                               "Counted with CIFAR-100's 100-class head, at 224 px as the paper's MACs imply."),
-                       _table("Table 8: ConvNeXt, dense", "MACs (G)", t8, t8_intro)],
+                       _table("Table 8: ConvNeXt, dense", "MACs (G)", t8, t8_intro),
+                       _table("Table 1: Swin rows", "MACs (G)", _vbp_swin_rows(), swin_intro)],
             "not_reproduced": _not_reproduced("VBP")}
 
 
@@ -642,7 +705,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         "# Paper tables side by side",
         "",
         "For every configuration that HetDPT, VBP, STAR and HiAP print with a parameter and/or MAC count, the printed "
-        "figures next to vitprune's: timm's DeiT/ViT (and vitprune's LV-ViT) built with random weights "
+        "figures next to vitprune's: timm's DeiT/ViT, ConvNeXt and Swin (and vitprune's LV-ViT) built with random weights "
         "(`pretrained=False`, nothing downloaded), pruned with vitprune's own surgery and counted by "
         "`vitprune.measure.count_macs`. Only structure "
         "is compared (accuracy needs ImageNet training). The counts are exact integer arithmetic over the layer "
