@@ -38,7 +38,7 @@ from profile_deit import write_results
 from star_deit import ACS_GAMMA, LVVIT, LVVIT_KWARGS, static_star
 from star_deit import DENSE as STAR_DENSE
 from star_deit import TABLE2 as STAR_TABLE2
-from swin_tables import build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
+from swin_tables import HETDPT_SWIN, SWIN, build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
 from torch import nn
 from vbp_deit import ROWS as VBP_ROWS
 
@@ -92,12 +92,6 @@ _VBP_T11 = {
 _VBP_CONVNEXT = [("T", "convnext_tiny", "28.59", "4.47"), ("S", "convnext_small", "50.22", "8.71"),
                  ("B", "convnext_base", "88.59", "15.38")]
 
-#: timm's Swin sizes the papers prune.
-_SWIN = {"T": "swin_tiny_patch4_window7_224", "S": "swin_small_patch4_window7_224", "B": "swin_base_patch4_window7_224"}
-#: HetDPT's Swin rows: (size, where printed, dense params M and GMACs, pruned params M and GMACs, layers or None).
-_HETDPT_SWIN = [("S", "Table 1", ("49.6", "8.7"), ("43.9", "7.3"), 10), ("B", "Table 1", ("87.8", "15.4"),
-                                                                          ("55.3", "9.8"), None),
-                ("T", "BoundaryDPT draft Table 1; the dense row also Table 9", ("28.3", "4.5"), ("23.4", "3.7"), 5)]
 #: VBP Table 1's Swin rows: size -> (dense params M and GMACs, [(ratio, params M, GMACs)]).
 _VBP_SWIN = {"T": (("28.29", "4.50"), [(0.45, "21.31", "3.23")]), "S": (("49.61", "8.76"), [(0.5, "35.02", "5.63")]),
              "B": (("87.77", "15.46"), [(0.55, "56.29", "10.22"), (0.2, "76.42", "13.58")])}
@@ -418,14 +412,14 @@ def _hetdpt_section(out_dir: Path) -> dict[str, Any]:
 
 @functools.cache
 def _swin_stages(size: str) -> tuple:
-    return tuple(stages(_base(_SWIN[size])))
+    return tuple(stages(_base(SWIN[size])))
 
 
 def _hetdpt_swin_rows() -> list[dict[str, Any]]:
     """HetDPT's Swin rows: dense, then the closest per-stage split of the printed layer count (or of any count)."""
     rows = []
-    for size, tables, (dense_params, dense_gmacs), (params, gmacs), layers in _HETDPT_SWIN:
-        name, stage_list = _SWIN[size], list(_swin_stages(size))
+    for size, (tables, (dense_params, dense_gmacs), (params, gmacs), layers) in HETDPT_SWIN.items():
+        name, stage_list = SWIN[size], list(_swin_stages(size))
         rows.append(_row(f"Swin-{size} (Dense; {tables}; `{name}`)", dense_params, dense_gmacs, _dense(name), "full"))
         splits = {c: depth_splits(stage_list, _dense(name), params, gmacs, c, layers) for c in CONVENTIONS}
         best = splits["full"][0]
@@ -447,7 +441,7 @@ def _vbp_swin_rows() -> list[dict[str, Any]]:
     in the note)."""
     rows = []
     for size, (dense, printed) in _VBP_SWIN.items():
-        name = _SWIN[size]
+        name = SWIN[size]
         rows.append(_row(f"Swin-{size} dense (`{name}`)", *dense, _dense(name), "full",
                          f"The paper's dense count is {float(dense[1]) - _dense(name)['macs_full'] / 1e9:.3f} G above "
                          "ours (see the introduction)."))

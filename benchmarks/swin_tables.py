@@ -21,8 +21,14 @@ import vitprune
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_depth, prune_mlp_neurons
 
-#: Layer types HetDPT removes, in the order splits list them.
-KINDS = ("attention", "activation")
+#: timm's Swin sizes the papers prune.
+SWIN = {"T": "swin_tiny_patch4_window7_224", "S": "swin_small_patch4_window7_224", "B": "swin_base_patch4_window7_224"}
+#: HetDPT's Swin rows: size -> (where printed, dense params M and GMACs, pruned params M and GMACs, layers or None).
+HETDPT_SWIN = {
+    "S": ("Table 1", ("49.6", "8.7"), ("43.9", "7.3"), 10),
+    "B": ("Table 1", ("87.8", "15.4"), ("55.3", "9.8"), None),
+    "T": ("BoundaryDPT draft Table 1; the dense row also Table 9", ("28.3", "4.5"), ("23.4", "3.7"), 5),
+}
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,13 @@ def build_split(model: nn.Module, stage_list: list[Stage], split: Split) -> dict
     pruned = copy.deepcopy(model)
     prune_depth(pruned, *split.blocks(stage_list))
     return count_macs(pruned).totals()
+
+
+def closest_hetdpt_split(model: nn.Module, size: str) -> tuple[Split, list[Stage]]:
+    """The per-stage split closest to HetDPT's printed Swin-``size`` row (full convention), and ``model``'s stages."""
+    _, _, (params, gmacs), layers = HETDPT_SWIN[size]
+    stage_list = stages(model)
+    return depth_splits(stage_list, count_macs(model).totals(), params, gmacs, "full", layers)[0], stage_list
 
 
 def uniform_vbp(model: nn.Module, ratio: float) -> dict[str, int]:
