@@ -56,6 +56,8 @@ CONVNEXT_TINY = {"depths": (3, 3, 3, 3), "dims": (8, 16, 32, 64), "num_classes":
                  "pretrained_cfg_overlay": {"input_size": (3, 32, 32)}}
 SUPPORTED_MODELS += [
     ("convnext_tiny", "convnext_tiny", CONVNEXT_TINY, True),
+    # The 1x1-convolution MLP, which the factory (and build) prepare into the Linear MLP it equals.
+    ("convnext_tiny_conv_mlp", "convnext_tiny", {**CONVNEXT_TINY, "conv_mlp": True}, True),
 ]
 #: timm's Swin at tiny widths: twelve blocks in Swin-T's four stages (2, 2, 6, 2), 32 px in 2-px patches, windows of 4
 #: tokens a side, so that the first two stages' odd blocks shift their windows (with the mask) and the last stage's
@@ -159,8 +161,10 @@ def build(name: str, kwargs: dict, seed: int = 0) -> torch.nn.Module:
         torch.manual_seed(seed)
         return create_model(name.removeprefix(VITPRUNE_PREFIX), **kwargs).eval()
     if not name.startswith(HF_PREFIX):
+        from vitprune.adapters import prepare_model
+
         torch.manual_seed(seed)
-        return timm.create_model(name, pretrained=False, **kwargs).eval()
+        return prepare_model(timm.create_model(name, pretrained=False, **kwargs)).eval()
     from vitprune.models.factory import resolve_model
 
     key = (name, tuple(sorted(kwargs.items())), seed)

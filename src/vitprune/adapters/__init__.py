@@ -25,6 +25,16 @@ def find_adapter(model: nn.Module) -> ViTAdapter | None:
     return None
 
 
+def prepare_model(model: nn.Module) -> nn.Module:
+    """``model`` in the form its family's adapter edits (:meth:`ViTAdapter.prepare`, in place; the function is
+    unchanged); a module of no supported family is returned as it is."""
+    for cls in ADAPTERS:
+        if cls.matches(model):
+            cls.prepare(model)
+            break
+    return model
+
+
 def get_adapter(model: nn.Module) -> ViTAdapter:
     """The adapter for ``model``; raises :class:`UnsupportedArchitectureError` if no family matches."""
     adapter = find_adapter(model)
@@ -40,5 +50,5 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
 __all__ = [
     "ADAPTERS", "CAPABILITIES", "QKV", "AttentionView", "BlockView", "ConvNeXtAdapter", "HFImageClassifier",
     "HFViTAdapter", "LVViTAdapter", "MlpView", "SwinAdapter",
-    "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter",
+    "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter", "prepare_model",
 ]

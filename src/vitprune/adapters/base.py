@@ -223,6 +223,16 @@ class ViTAdapter(ABC):
     def matches(cls, model: nn.Module) -> bool:
         """Whether this adapter is the right one for ``model`` (validation happens in ``__init__``)."""
 
+    @classmethod
+    def prepare(cls, model: nn.Module) -> None:
+        """Bring a model of the family, as its library builds it, into the form the adapter edits, in place and
+        without changing its function. Most families need nothing; ConvNeXt's 1x1-convolution MLP becomes the
+        Linear MLP it equals. The model factory runs it on every model it builds."""
+
+    def checkpoint_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A checkpoint in the family's original layout, mapped to the prepared model's (unchanged by default)."""
+        return state
+
     @abstractmethod
     def blocks(self) -> list[BlockView]:
         """The transformer blocks in forward order."""

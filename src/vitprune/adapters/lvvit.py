@@ -143,6 +143,9 @@ class LVViTAdapter(TimmViTAdapter):
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, LVViT)
 
+    def checkpoint_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.model.checkpoint_filter(state)
+
     @property
     def input_size(self) -> tuple[int, int, int]:
         pe = self.model.patch_embed

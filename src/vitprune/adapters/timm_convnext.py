@@ -7,8 +7,10 @@ What such a family can have done to it: FFN width (VBP's neuron pruning, with th
 before γ) and activation removal with the exact merge (γ folded into the merged Linear). The stream changes width
 stage by stage, and there are no tokens or heads: every other edit is refused in one line.
 
-The 1×1-convolution MLP (``conv_mlp=True``, channels-first) and ConvNeXt-V2's global response norm, which makes
-the mean shift inexact, are refused too.
+The 1×1-convolution MLP (``conv_mlp=True``: a channels-first LayerNorm2d, then 1×1 convolutions) is the Linear MLP on
+channels-last features in another layout: :meth:`ConvNeXtAdapter.prepare` (which the model factory runs) rewrites it
+so, with the same weights, and a checkpoint in the convolutional layout loads into it. ConvNeXt-V2's global response
+norm, which makes the mean shift inexact, is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import torch
 from timm.data import resolve_model_data_config
-from timm.layers import Mlp
+from timm.layers import LayerNorm2d, Mlp
 from timm.models.convnext import ConvNeXt, ConvNeXtBlock
 from torch import nn
 
@@ -27,6 +29,39 @@ from vitprune.adapters.channels import reject, unwrap
 from vitprune.adapters.timm_vit import (check_mlp, merge_mlp_linear, set_mlp_activation, set_mlp_linears,
                                         timm_data_config)
 from vitprune.errors import UnsupportedArchitectureError
+
+
+def _pointwise_linear(conv: nn.Conv2d) -> nn.Linear:
+    """The Linear a 1x1 convolution is on channels-last features (same weights)."""
+    linear = nn.Linear(conv.in_channels, conv.out_channels, bias=conv.bias is not None, device=conv.weight.device,
+                       dtype=conv.weight.dtype)
+    with torch.no_grad():
+        linear.weight.copy_(conv.weight.detach().flatten(1))
+        if conv.bias is not None:
+            linear.bias.copy_(conv.bias.detach())
+    return linear.train(conv.training)
+
+
+def _is_pointwise(module: nn.Module) -> bool:
+    return type(module) is nn.Conv2d and module.kernel_size == (1, 1) and module.stride == (1, 1) \
+        and module.groups == 1 and module.padding in ((0, 0), "valid")
+
+
+def _channels_last_mlp(block: ConvNeXtBlock) -> None:
+    """Run a block's 1x1-convolution MLP as timm's channels-last path does: LayerNorm, then Linears."""
+    norm, mlp = block.norm, block.mlp
+    if type(norm) is not LayerNorm2d or type(mlp) is not Mlp or not (_is_pointwise(mlp.fc1) and _is_pointwise(mlp.fc2)):
+        return  # not the form this rewrites; the adapter refuses it in one line
+    # LayerNorm2d permutes to channels-last around F.layer_norm: the same normalisation as nn.LayerNorm there.
+    new = nn.LayerNorm(norm.normalized_shape, eps=norm.eps, elementwise_affine=norm.elementwise_affine,
+                       bias=norm.bias is not None, device=norm.weight.device, dtype=norm.weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(norm.weight.detach())
+        if norm.bias is not None:
+            new.bias.copy_(norm.bias.detach())
+    block.norm = new.train(norm.training)
+    mlp.fc1, mlp.fc2 = _pointwise_linear(mlp.fc1), _pointwise_linear(mlp.fc2)
+    block.use_conv_mlp = False
 
 
 class LayerScaleView(nn.Module):
@@ -54,8 +89,10 @@ class ConvNeXtAdapter(ViTAdapter):
             if type(block) is not ConvNeXtBlock:
                 raise reject(view_name, block, "only timm's ConvNeXtBlock is supported")
             if block.use_conv_mlp:
-                raise reject(f"{view_name}.mlp", block.mlp, "the 1x1-convolution MLP (conv_mlp=True) is not "
-                                                            "supported yet; build the model with conv_mlp=False")
+                raise reject(f"{view_name}.mlp", block.mlp, "the 1x1-convolution MLP (conv_mlp=True) is edited as "
+                                                            "the Linear MLP it equals: build the model with "
+                                                            "vitprune.create_model, or call "
+                                                            "vitprune.adapters.prepare_model(model) first")
             if type(block.mlp) is not Mlp:
                 raise reject(f"{view_name}.mlp", block.mlp, "ConvNeXt-V2's global response norm normalises over the "
                                                             "positions, so removed neurons' means cannot be folded "
@@ -67,6 +104,19 @@ class ConvNeXtAdapter(ViTAdapter):
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, ConvNeXt)
+
+    @classmethod
+    def prepare(cls, model: nn.Module) -> None:
+        for stage in model.stages:
+            for block in stage.blocks:
+                if type(block) is ConvNeXtBlock and block.use_conv_mlp:
+                    _channels_last_mlp(block)
+
+    def checkpoint_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        # A conv-MLP checkpoint's 1x1 kernels (out, in, 1, 1) are the prepared Linears' (out, in) weights.
+        own = self.model.state_dict()
+        return {key: value.flatten(1) if value.dim() == 4 and key in own and own[key].dim() == 2
+                and value.shape[2:] == (1, 1) else value for key, value in state.items()}
 
     def _blocks(self) -> list[tuple[str, nn.Module]]:
         return [(f"stages.{s}.blocks.{j}", block) for s, stage in enumerate(self.model.stages)

@@ -13,7 +13,7 @@ from typing import Any
 import timm
 from torch import nn
 
-from vitprune.adapters import hf_vit
+from vitprune.adapters import find_adapter, hf_vit, prepare_model
 from vitprune.adapters.lvvit import LVVIT_CONFIGS, build_lvvit
 from vitprune.errors import RecipeError, VitpruneError, first_line
 from vitprune.models.digits import build_digits_vit
@@ -36,7 +36,7 @@ _TRAINED = "digits-vit"
 def _build_timm(base: BaseModel) -> nn.Module:
     if not timm.is_model(base.name):
         raise RecipeError(f"recipe names timm model {base.name!r}, which this timm ({timm.__version__}) lacks")
-    return timm.create_model(base.name, pretrained=False, **base.kwargs)
+    return prepare_model(timm.create_model(base.name, pretrained=False, **base.kwargs))
 
 
 def _build_own(base: BaseModel) -> nn.Module:
@@ -145,8 +145,9 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
         state = timm.models.load_state_dict(str(path), weights_only=True)
     except Exception as exc:  # torch/safetensors raise many types for a damaged or non-weights file
         raise VitpruneError(f"cannot read checkpoint {path}: {type(exc).__name__}: {first_line(exc)}") from None
-    if hasattr(model, "checkpoint_filter"):  # a family whose original layout differs from its modules' (LV-ViT)
-        state = model.checkpoint_filter(state)
+    adapter = find_adapter(model)
+    if adapter is not None:  # a family whose original layout differs from its modules' (LV-ViT, ConvNeXt's conv MLP)
+        state = adapter.checkpoint_state(state)
     check_state_dict(model, state, str(path))
     model.load_state_dict(state)
     digest = hashlib.sha256()
@@ -183,12 +184,13 @@ def _track_hf(model: nn.Module, weights: str) -> nn.Module:
 
 def _create_timm(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
     try:
-        return timm.create_model(name, pretrained=pretrained, **kwargs)
+        model = timm.create_model(name, pretrained=pretrained, **kwargs)
     except Exception as exc:  # hub, HTTP and offline errors have no common base class
         raise VitpruneError(
             f"could not load pretrained weights for {name} ({type(exc).__name__}: {first_line(exc)}); "
             "without network, pass --checkpoint PATH for local weights or --no-pretrained for random init"
         ) from None
+    return prepare_model(model)
 
 
 
