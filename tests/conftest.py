@@ -211,7 +211,8 @@ def random_hiap_gates(model: torch.nn.Module, seed: int = 1):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in gates.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
+            if p.requires_grad:  # value gates a family cannot use (Swin's) stay open
+                p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
     return gates
 
 

@@ -1,5 +1,5 @@
-"""ConvNeXt on the command line, as a user with their own images runs it: VBP and activation removal run and save;
-every method that needs attention or tokens is one line, with nothing written."""
+"""ConvNeXt on the command line, as a user with their own images runs it: VBP and activation removal run and save
+(HiAP: test_swin_models.py); every method that needs attention or tokens is one line, with nothing written."""
 
 from __future__ import annotations
 
@@ -43,12 +43,11 @@ def test_prune_vbp_runs_on_a_convnext(capsys, tmp_path, folder, saved):
 @pytest.mark.parametrize("command, options, message", [
     ("star", ["--rho", "0.7"], "STAR needs to prune tokens and propagate LRP relevance through its blocks, which "
                                "vitprune cannot do on timm-convnext models"),
-    ("hiap", ["--epochs", "1"], "HiAP needs to train gates on its sublayers, heads and neurons and prune heads"),
     ("hetdpt", ["--budget", "2"], "HetDPT needs to remove attention sublayers"),
     # A chain refuses before any step runs, naming the step.
     ("hetdpt+", ["--budget", "2", "--macs", "0.001"], "step 1 \\(hetdpt\\): HetDPT needs to remove attention "
                                                       "sublayers"),
-], ids=["star", "hiap", "hetdpt", "hetdpt+"])
+], ids=["star", "hetdpt", "hetdpt+"])
 def test_methods_that_need_attention_or_tokens_are_one_line(capsys, tmp_path, folder, saved, command, options,
                                                              message):
     code, _, err = run(capsys, "prune", command, saved, "--data", str(folder), "--no-speed", "--out",

@@ -1,5 +1,5 @@
-"""Swin on the command line, as a user with their own images runs it: VBP, depth pruning and HetDPT run and save;
-STAR (no [CLS] token), HiAP (uneven value widths) and torch-pruning's width planner are one line, nothing written."""
+"""Swin on the command line, as a user with their own images runs it: VBP, depth pruning and HiAP run and save (HiAP
+on ConvNeXt too); STAR (no [CLS] token) and torch-pruning's width planner are one line, with nothing written."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import SWIN_TINY
+from conftest import CONVNEXT_TINY, SWIN_TINY
 from test_cli import CLASSES, assert_one_line_error, image_folder, run
 
 import vitprune
@@ -54,11 +54,9 @@ def test_prune_depth_removes_swin_attention_and_activations(capsys, tmp_path, sa
 @pytest.mark.parametrize("command, options, message", [
     ("star", ["--rho", "0.7"], r"STAR needs to prune tokens and propagate LRP relevance through its blocks, which "
                                r"vitprune cannot do on timm-swin models: Swin has no \[CLS\] token"),
-    ("hiap", ["--epochs", "1"], "HiAP needs to give each head its own number of value dimensions, which vitprune "
-                                "cannot do on timm-swin models"),
     ("hetdpt+", ["--budget", "2", "--macs", "0.001"], "step 2 \\(width\\): width pruning needs to prune embedding "
                                                       "channels and have torch-pruning plan its width"),
-], ids=["star", "hiap", "hetdpt+"])
+], ids=["star", "hetdpt+"])
 def test_methods_swin_cannot_take_are_one_line(capsys, tmp_path, folder, saved, command, options, message):
     code, _, err = run(capsys, "prune", command, saved, "--data", str(folder), "--no-speed", "--out",
                        str(tmp_path / "x"), *options)
@@ -72,3 +70,23 @@ def test_width_pruning_is_one_line(capsys, tmp_path, saved, embed):
                        str(tmp_path / "x"))
     assert_one_line_error(code, err, "have torch-pruning plan its width, which vitprune cannot do on timm-swin models")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name, kwargs", [("swin_tiny_patch4_window7_224", SWIN_TINY), ("convnext_tiny", CONVNEXT_TINY)],
+                         ids=["swin", "convnext"])
+def test_prune_hiap_runs_on_staged_families(capsys, tmp_path, folder, name, kwargs):
+    """HiAP gates Swin's heads whole (no per-head value widths) and only ConvNeXt's FFNs (no attention)."""
+    torch.manual_seed(0)
+    model = vitprune.create_model(name, **{**kwargs, "num_classes": len(CLASSES)})
+    vitprune.save(model, tmp_path / "model")
+    dense = count_macs(model).macs
+    out = tmp_path / "run"
+    code, stdout, err = run(capsys, "prune", "hiap", str(tmp_path / "model"), "--data", str(folder), "--macs",
+                            str(0.8 * dense / 1e9), "--epochs", "1", "--lr", "1e-2", "--batch-size", "8", "--no-speed",
+                            "--json", "--out", str(out))
+    assert code == 0, err
+    report = json.loads(stdout)
+    final = vitprune.load(out / "model")
+    assert count_macs(final).macs == report["pruned"]["macs_full"] <= 0.8 * dense
+    ops = {e.op for e in vitprune.get_recipe(final).edits}
+    assert ops <= {"prune_heads", "prune_mlp_neurons"} and "prune_mlp_neurons" in ops

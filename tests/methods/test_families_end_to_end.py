@@ -91,7 +91,7 @@ def test_hetdpt_then_finetune_and_hiap(setting, tmp_path):
 
 
 @pytest.mark.slow
-def test_convnext_vbp_activation_removal_and_finetune(tmp_path):
+def test_convnext_vbp_activation_removal_finetune_and_hiap(tmp_path):
     """ConvNeXt has no attention and no tokens: activation removal (with γ merged) and VBP are its methods. Merging
     first: after VBP has thinned an MLP below half its width, one d x d Linear would cost more than the two left."""
     setting = _setting("convnext_tiny", {**CONVNEXT_TINY, "in_chans": 1,
@@ -105,10 +105,21 @@ def test_convnext_vbp_activation_removal_and_finetune(tmp_path):
     assert "prune_mlp_neurons" in ops and ops.count("remove_activation") == 2
     views = vitprune.get_adapter(final).blocks()
     assert views[2].mlp.merged and views[5].mlp.merged and report.steps[2]["summary"]["removed"] > 0
+    _hiap(setting, tmp_path / "hiap")
+
+
+def _hiap(setting, run_dir):
+    """HiAP on the dense model to 85% of its MACs: what it keeps is cut out as recipe edits (a staged family's heads
+    whole, or its neurons alone)."""
+    target = 0.85 * count_macs(setting[0]).macs
+    report, final = _chain(setting, [{"method": "hiap", "epochs": 1, "batch_size": 32, "lr": 1e-2,
+                                      "target_macs": target}], run_dir)
+    assert report.pruned["macs_full"] <= target
+    assert {e.op for e in vitprune.get_recipe(final).edits} <= {"prune_heads", "prune_mlp_neurons"}
 
 
 @pytest.mark.slow
-def test_swin_depth_vbp_hetdpt_and_finetune(tmp_path):
+def test_swin_depth_vbp_hetdpt_finetune_and_hiap(tmp_path):
     """Swin: attention and GELU removal by hand, VBP over its windows' positions, then HetDPT's gated search (its
     transfer entropy on the last stage's pooled features) and fine-tuning; shifted blocks among those pruned."""
     setting = _setting("swin_tiny_patch4_window7_224", {**SWIN_TINY, "depths": (2, 2, 2, 2), "in_chans": 1,
@@ -127,3 +138,4 @@ def test_swin_depth_vbp_hetdpt_and_finetune(tmp_path):
     assert ops.count("remove_attention") == 3  # HetDPT's two on top
     views = vitprune.get_adapter(final).blocks()
     assert sum(v.attn is None for v in views) == 3 and views[2].mlp.merged
+    _hiap(setting, tmp_path / "hiap")

@@ -125,6 +125,8 @@ class AttentionView:
     k_norm: nn.Module = field(default_factory=nn.Identity)
     #: The softmax scale of ``q·kᵀ`` (``head_dim**-0.5`` unless the family says otherwise).
     scale: float | None = None
+    #: Tokens each query attends to where that is not the whole sequence (Swin: its window's); ``None``: all.
+    context: int | None = None
 
     @property
     def qk_norm(self) -> bool:

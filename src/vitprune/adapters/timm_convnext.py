@@ -4,7 +4,8 @@ A ConvNeXt block is ``x + γ · mlp(norm(conv_dw(x)))`` on channels-last feature
 attention branch is gone (``attn``, ``norm1`` and ``ls1`` are ``None``): ``norm2`` is the block's LayerNorm,
 ``ls2`` its per-channel ``γ``. The depthwise convolution before the norm is outside the view; no method edits it.
 What such a family can have done to it: FFN width (VBP's neuron pruning, with the mean shift folded into fc2's bias
-before γ) and activation removal with the exact merge (γ folded into the merged Linear). The stream changes width
+before γ), activation removal with the exact merge (γ folded into the merged Linear), and gates (on activations;
+HiAP's on FFN blocks and neurons). The stream changes width
 stage by stage, and there are no tokens or heads: every other edit is refused in one line.
 
 The 1×1-convolution MLP (``conv_mlp=True``: a channels-first LayerNorm2d, then 1×1 convolutions) is the Linear MLP on
@@ -79,7 +80,7 @@ class ConvNeXtAdapter(ViTAdapter):
     """timm ``ConvNeXt`` whose blocks are ``ConvNeXtBlock`` with timm's channels-last Linear MLP."""
 
     family = "timm-convnext"
-    capabilities = frozenset({"activation_removal", "ffn_width"})
+    capabilities = frozenset({"activation_removal", "ffn_width", "gates"})
     family_modules = ("timm.models.convnext", "vitprune.adapters.timm_convnext")
     family_attributes = frozenset({"stages", "conv_dw", "use_conv_mlp", "norm_pre"})
 

@@ -10,8 +10,9 @@ then ``x + mlp(norm2(x))``. Two things set it apart for surgery:
   embedding width, no [CLS] token and no token grid that survives the whole model.
 
 What it can have done to it: attention-sublayer removal, GELU removal with the exact fc1·fc2 merge, FFN neurons
-(VBP), heads and head dimensions, and depth gates. Token pruning and LRP (STAR, which ranks tokens by a [CLS]
-token Swin lacks), embedding-channel pruning and uneven value widths (HiAP's extraction) are refused in one line.
+(VBP), heads and head dimensions, and gates (depth gates; HiAP's on whole heads, FFN blocks and neurons). Token
+pruning and LRP (STAR, which ranks tokens by a [CLS] token Swin lacks), embedding-channel pruning and uneven value
+widths (so HiAP does not gate value dimensions) are refused in one line.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ class SwinAdapter(ViTAdapter):
             if a is not None:
                 hd = _head_dim(a)
                 attn = AttentionView(module=a, qkv=QKV.of_heads((a.qkv,), a.num_heads, hd), proj=a.proj,
-                                     num_heads=a.num_heads, head_dim=hd, gate=attn_gate, scale=a.scale)
+                                     num_heads=a.num_heads, head_dim=hd, gate=attn_gate, scale=a.scale,
+                                     context=block.window_area)
             views.append(BlockView(
                 index=index, name=name, module=block, norm1=block.norm1, attn=attn,
                 ls1=nn.Identity() if block.norm1 is not None else None, drop_path1=block.drop_path1,

@@ -6,13 +6,14 @@ import copy
 
 import pytest
 import torch
-from conftest import HF_TINY, tracked
+from conftest import CONVNEXT_TINY, HF_TINY, SWIN_TINY, tracked
 from hypothesis import strategies as st
 from strategies import EXAMPLES, images, property_test, small_vits
 
 import vitprune
+from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs
-from vitprune.methods.hiap import GatedForward, HiAPGates, gate_cost, layer_shapes
+from vitprune.methods.hiap import GatedForward, HiAPGates, dense_cost, gate_cost, layer_shapes
 from vitprune.methods.hiap.extract import extract
 
 
@@ -91,6 +92,55 @@ def test_extracted_model_saves_and_loads(tmp_path, name, kwargs):
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
     assert "prune_attention_dims" in {e.op for e in vitprune.get_recipe(loaded).edits}
+
+
+#: Families that gate less: Swin's heads are gated whole (its window attention runs one value width), ConvNeXt has no
+#: attention (neurons and FFN blocks only).
+STAGED = [("swin_tiny_patch4_window7_224", {**SWIN_TINY, "depths": (2, 2, 2, 2)}),
+          ("convnext_tiny", {**CONVNEXT_TINY, "depths": (1, 1, 2, 1)})]
+
+
+@pytest.mark.parametrize("name, kwargs", STAGED, ids=["swin", "convnext"])
+def test_staged_families_extract_exactly_and_count_the_cost_model(name, kwargs):
+    """Per block tokens and widths (Swin's windows: each query attends to its window), frozen value gates: the
+    extracted model equals the gated one, and its MACs are the exact cost model's, as FlopCounterMode counts them."""
+    model = tracked(name, kwargs)
+    shapes = layer_shapes(model)
+    report = count_macs(model)
+    assert [s.tokens for s in shapes] == [b.tokens for b in report.blocks]
+    gates = HiAPGates(shapes)
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in gates.parameters():
+            if p.requires_grad:  # value gates of a family without per-head value widths stay open
+                p.copy_(torch.randn(p.shape, generator=gen) + 0.8)
+        gates.block[1].fill_(-1.0)
+        for layer, shape in enumerate(shapes):
+            if shape.heads:
+                assert not shape.value_gates and not gates.dim[layer].requires_grad
+                gates.head[layer][0] = 1.0  # at least one head stays (Swin runs no attention without heads)
+    x = torch.randn(2, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(1))
+    expected = _gated_output(model, gates, x)
+    macro, micro = gate_cost({k: [t.double() for t in v] for k, v in gates.hardened().items()}, shapes, "exact")
+    small = copy.deepcopy(model)
+    kept = extract(small, gates)
+    assert kept[1]["neurons"] == 0
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), expected, rtol=1e-5, atol=1e-5)
+    # What HiAP cannot prune (stem, patch merging, ConvNeXt's depthwise convolutions, head) is the rest of the dense MACs.
+    fixed = report.macs - dense_cost(shapes)
+    assert count_macs(small).macs == int(macro + micro) + fixed == flop_counter_macs(small, x[:1])
+    assert count_macs(small).params < report.params
+
+
+def test_swin_refuses_a_block_left_without_heads():
+    model = tracked(*STAGED[0])
+    gates = HiAPGates(layer_shapes(model))
+    with torch.no_grad():
+        gates.head[3][:] = -1.0
+    with pytest.raises(VitpruneError, match="HiAP closed every head of block 3, and timm-swin models cannot run an "
+                                            "attention without heads"):
+        extract(model, gates)
 
 
 @pytest.mark.parametrize("examples", EXAMPLES)

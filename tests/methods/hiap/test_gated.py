@@ -20,8 +20,8 @@ def _model(name="deit_tiny_patch16_224", kwargs=None):
     return tracked(name, kwargs)
 
 
-def _ones(model):
-    return {k: [torch.ones_like(t) for t in v] for k, v in HiAPGates(layer_shapes(model)).probabilities().items()}
+def _ones(shapes):
+    return {k: [torch.ones_like(t) for t in v] for k, v in HiAPGates(shapes).probabilities().items()}
 
 
 def _run(model, values, x):
@@ -40,16 +40,16 @@ def test_each_gate_family_equals_its_edit(name, kwargs):
     x = torch.randn(2, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         dense = model(x)
-    torch.testing.assert_close(_run(model, _ones(model), x), dense, rtol=0, atol=0)
+    torch.testing.assert_close(_run(model, _ones(layer_shapes(model)), x), dense, rtol=0, atol=0)
 
-    heads = _ones(model)
+    heads = _ones(layer_shapes(model))
     heads["head"][1][0] = 0.0
     pruned = copy.deepcopy(model)
     prune_heads(pruned, 1, list(range(1, model.blocks[1].attn.num_heads)))
     with torch.no_grad():
         torch.testing.assert_close(_run(model, heads, x), pruned(x), rtol=1e-5, atol=1e-5)
 
-    neurons = _ones(model)
+    neurons = _ones(layer_shapes(model))
     keep = list(range(0, neurons["neuron"][0].numel(), 3))
     neurons["neuron"][0].zero_()[keep] = 1.0
     pruned = copy.deepcopy(model)
@@ -58,7 +58,7 @@ def test_each_gate_family_equals_its_edit(name, kwargs):
         torch.testing.assert_close(_run(model, neurons, x), pruned(x), rtol=1e-5, atol=1e-5)
 
     # Value dimensions (and a fully closed layer) equal zeroed input columns of proj; b_O stays (Eq. 1).
-    dims = _ones(model)
+    dims = _ones(layer_shapes(model))
     dims["dim"][0][0, ::2] = 0.0
     dims["head"][1].zero_()
     zeroed = copy.deepcopy(model)
@@ -69,7 +69,7 @@ def test_each_gate_family_equals_its_edit(name, kwargs):
         torch.testing.assert_close(_run(model, dims, x), zeroed(x), rtol=1e-5, atol=1e-5)
 
     # A closed FFN block removes the whole FFN output, fc2's bias included (Eq. 2).
-    block = _ones(model)
+    block = _ones(layer_shapes(model))
     block["block"][0] = torch.tensor(0.0)
     removed = copy.deepcopy(model)
     prune_mlp_neurons(removed, 0, [])
@@ -84,7 +84,7 @@ def test_gate_value_mistakes():
     gated = GatedForward(model)
     with pytest.raises(VitpruneError, match="set the gate values"):
         model(torch.randn(1, 3, 224, 224))
-    values = _ones(model)
+    values = _ones(gated.shapes)  # layer_shapes runs the model, which is gated now
     values["dim"][2] = torch.ones(3, 5)
     with pytest.raises(VitpruneError, match=r"block 2: dim gates of shape \(3, 5\), expected \(3, 64\)"):
         gated.set(values)

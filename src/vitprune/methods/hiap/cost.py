@@ -9,8 +9,10 @@ gates replaces each gate by its probability. Two sets of weights:
 * ``exact``: what the extracted model really costs, since a pruned value dimension also loses its V
   row: ``2·N·D·D_h + N²·D_h``, ``2·N·D + N²`` and ``2·N·D``.
 
-Both give the dense MACs when every gate is 1, and the per-layer kept cost of the extracted model
-is exactly the ``exact`` model's hardened cost.
+Where each query attends to ``M`` tokens rather than all ``N`` (Swin's windows), ``N²`` is ``N·M``. ``N`` and ``D``
+are each block's own (Swin's and ConvNeXt's stages differ), as ``count_macs`` sees them; a block without attention
+(ConvNeXt) has neurons only. Both give the dense MACs when every gate is 1, and the per-layer kept cost of the
+extracted model is exactly the ``exact`` model's hardened cost.
 """
 
 from __future__ import annotations
@@ -20,31 +22,42 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.measure import count_macs
 from vitprune.methods.hiap.gates import LayerShape
 
 COST_MODELS = ("paper", "exact")
 
 
 def layer_shapes(model: nn.Module) -> list[LayerShape]:
-    """The prunable shape of every block of a supported ViT (every block needs its attention and its FFN)."""
+    """The prunable shape of every block of a supported model: tokens as one forward pass sees them, the block's
+    width, heads and FFN width. A family with attention needs it in every block (uniform); every block needs its
+    unmerged MLP and no token pruning. Value dimensions are gated where the family can give heads their own value
+    widths."""
     adapter = get_adapter(model)
+    has_attention = "head_width" in adapter.capabilities
+    value_gates = "value_width" in adapter.capabilities
+    tokens = {b.index: b.tokens for b in count_macs(model).blocks}
     shapes = []
     for view in adapter.blocks():
-        if view.attn is None or view.attn.value_dims is not None or view.mlp.merged or view.token_keep_rate is not None:
+        attn = view.attn
+        if (has_attention and (attn is None or attn.value_dims is not None)) or view.mlp.merged \
+                or view.token_keep_rate is not None:
             raise UnsupportedArchitectureError(f"HiAP gates {view.name}'s heads and neurons; it needs the block's "
                                                "uniform attention and unmerged MLP, and no token pruning")
-        shapes.append(LayerShape(tokens=adapter.num_tokens, dim=adapter.embed_dim, heads=view.attn.num_heads,
-                                 head_dim=view.attn.head_dim, hidden=view.mlp.hidden_features))
+        shapes.append(LayerShape(tokens=tokens[view.index], dim=view.mlp.fc1.in_features,
+                                 heads=attn.num_heads if attn else 0, head_dim=attn.head_dim if attn else 0,
+                                 hidden=view.mlp.hidden_features, context=attn.context if attn else None,
+                                 value_gates=value_gates))
     return shapes
 
 
 def unit_costs(shape: LayerShape, cost_model: str = "paper") -> tuple[int, int, int]:
     """MACs of one head's overhead, one value dimension and one FFN neuron in a block of ``shape``."""
-    n, d, dh = shape.tokens, shape.dim, shape.head_dim
+    n, d, dh, m = shape.tokens, shape.dim, shape.head_dim, shape.attended
     if cost_model == "paper":
-        return 3 * n * d * dh + n * n * dh, n * d + n * n, 2 * n * d
+        return 3 * n * d * dh + n * m * dh, n * d + n * m, 2 * n * d
     if cost_model == "exact":
-        return 2 * n * d * dh + n * n * dh, 2 * n * d + n * n, 2 * n * d
+        return 2 * n * d * dh + n * m * dh, 2 * n * d + n * m, 2 * n * d
     raise VitpruneError(f"unknown cost model {cost_model!r} (choose from: {', '.join(COST_MODELS)})")
 
 
@@ -85,7 +98,8 @@ def feasibility(probabilities: dict[str, list[torch.Tensor]], *, min_heads: floa
     head = dim = neuron = 0.0
     for p_head, p_dim, p_block, p_neuron in zip(*(probabilities[n] for n in ("head", "dim", "block", "neuron")),
                                                  strict=True):
-        head = head + torch.relu(min_heads - p_head.sum()) ** 2
+        if p_head.numel():  # a block without attention (ConvNeXt) has no heads to keep
+            head = head + torch.relu(min_heads - p_head.sum()) ** 2
         dim = dim + (p_head.detach() * torch.relu(min_dims - p_dim.mean(dim=1)) ** 2).sum()
         neuron = neuron + p_block.detach() * torch.relu(min_neurons - p_neuron.mean()) ** 2
     return {"head": torch.as_tensor(head), "dim": torch.as_tensor(dim), "neuron": torch.as_tensor(neuron)}

@@ -5,7 +5,8 @@ Each block's hardened gates become recipe edits, so the result saves, loads and 
 * heads: a head survives if its gate is open and it keeps a value dimension. All heads whole ->
   nothing; whole heads only -> ``prune_heads`` (timm's attention, fused kernel kept); otherwise
   ``prune_attention_dims`` (per-head value widths; with no head left the branch is ``proj``'s bias,
-  exactly as the gated model keeps it);
+  exactly as the gated model keeps it). A family without value gates (Swin) needs a head left;
+  a block without attention (ConvNeXt) has none to cut;
 * FFN: a closed block keeps no neuron and its ``fc2`` bias is zeroed (the block gate multiplies
   that bias too); an open block keeps its open neurons (``prune_mlp_neurons``), and with none open
   it outputs ``fc2``'s bias, as the gated model does.
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
+from vitprune.errors import VitpruneError
 from vitprune.methods.hiap.cost import layer_shapes
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.surgery import prune_attention_dims, prune_heads, prune_mlp_neurons
@@ -31,6 +33,9 @@ def extract(model: nn.Module, gates: HiAPGates, threshold: float = 0.0) -> list[
         heads = [h for h in range(shape.heads) if head[h] and dim[h].any()]
         dims = [dim[h].nonzero().flatten().tolist() for h in heads]
         whole = all(len(d) == shape.head_dim for d in dims)
+        if shape.heads and not heads and not shape.value_gates:
+            raise VitpruneError(f"HiAP closed every head of block {layer}, and {get_adapter(model).family} models "
+                                "cannot run an attention without heads: raise min_heads or lower the MAC pressure")
         if not (whole and len(heads) == shape.heads):
             if whole and heads:
                 prune_heads(model, layer, heads)

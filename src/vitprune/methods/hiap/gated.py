@@ -30,8 +30,10 @@ class GatedForward:
         self._handles = []
         for view in get_adapter(model).blocks():
             i = view.index
+            if view.attn is not None:
+                self._handles.append(view.attn.proj.register_forward_pre_hook(
+                    lambda _m, args, i=i: (args[0] * self._head_mask(i),)))
             self._handles += [
-                view.attn.proj.register_forward_pre_hook(lambda _m, args, i=i: (args[0] * self._head_mask(i),)),
                 view.mlp.fc2.register_forward_pre_hook(lambda _m, args, i=i: (args[0] * self.values["neuron"][i],)),
                 view.mlp.module.register_forward_hook(lambda _m, _args, out, i=i: out * self.values["block"][i]),
             ]

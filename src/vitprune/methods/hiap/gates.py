@@ -19,17 +19,31 @@ from vitprune.layers import straight_through
 #: The gate families: (name, level). Macro gates switch whole heads and FFN blocks, micro gates
 #: single value dimensions (of a head) and neurons (of an FFN).
 FAMILIES = {"head": "macro", "dim": "micro", "block": "macro", "neuron": "micro"}
+#: The logit of a gate held open: every logistic sample (clamped at 1e-6, so within ±13.8) stays above 0.
+_OPEN = 30.0
 
 
 @dataclass(frozen=True)
 class LayerShape:
-    """The prunable shape of one block: tokens ``N``, width ``D``, heads ``H`` of dim ``D_h``, FFN width."""
+    """The prunable shape of one block: tokens ``N``, width ``D``, heads ``H`` of dim ``D_h``, FFN width.
+
+    ``context`` is the tokens each query attends to (``None``: all ``N``; Swin: its window's). A block without
+    attention (ConvNeXt) has no heads. ``value_gates=False`` holds every value dimension open, for a family whose
+    attention cannot give heads their own value widths (Swin): its heads are gated whole.
+    """
 
     tokens: int
     dim: int
     heads: int
     head_dim: int
     hidden: int
+    context: int | None = None
+    value_gates: bool = True
+
+    @property
+    def attended(self) -> int:
+        """Tokens each query attends to."""
+        return self.tokens if self.context is None else self.context
 
 
 def gumbel_sigmoid(logits: torch.Tensor, tau: float, *, hard: bool = True,
@@ -54,17 +68,18 @@ def temperature(step: int, total: int, *, start: float = 2.0, end: float = 0.5) 
 
 class HiAPGates(nn.Module):
     """Gate logits of every block: ``head[l]`` ``(H)``, ``dim[l]`` ``(H, D_h)``, ``block[l]`` ``()``, ``neuron[l]``
-    ``(D_ffn)``, all starting at ``init`` (``σ(3) ≈ 0.95``: a nearly dense start)."""
+    ``(D_ffn)``, all starting at ``init`` (``σ(3) ≈ 0.95``: a nearly dense start); a block without value gates holds
+    its ``dim`` logits open and frozen."""
 
     def __init__(self, shapes: list[LayerShape], init: float = 3.0) -> None:
         super().__init__()
         self.shapes = list(shapes)
 
-        def logits(*size: int) -> nn.Parameter:
-            return nn.Parameter(torch.full(size, float(init)))
+        def logits(*size: int, trained: bool = True) -> nn.Parameter:
+            return nn.Parameter(torch.full(size, float(init if trained else _OPEN)), requires_grad=trained)
 
         self.head = nn.ParameterList([logits(s.heads) for s in shapes])
-        self.dim = nn.ParameterList([logits(s.heads, s.head_dim) for s in shapes])
+        self.dim = nn.ParameterList([logits(s.heads, s.head_dim, trained=s.value_gates) for s in shapes])
         self.block = nn.ParameterList([logits() for _ in shapes])
         self.neuron = nn.ParameterList([logits(s.hidden) for s in shapes])
 

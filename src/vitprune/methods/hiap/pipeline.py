@@ -43,8 +43,9 @@ from vitprune.training.engine import METRICS_FILE
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
 PLOT_FILE = "architecture.png"
-#: What HiAP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
-REQUIRES = ("gates", "head_width", "value_width", "ffn_width")
+#: What HiAP needs of every model's family (:data:`vitprune.adapters.CAPABILITIES`); it gates heads where the family
+#: has attention, and their value dimensions where it can give heads their own widths (``layer_shapes``).
+REQUIRES = ("gates", "ffn_width")
 
 #: HiAP's training settings besides the epochs, by default (the paper's: AdamW at 5e-5, batch 256, no
 #: warm-up); ``vitprune prune hiap`` and a chain's ``hiap`` step take theirs from here.

@@ -25,13 +25,13 @@ def plot_architecture(layers: list[dict[str, Any]], path: str | os.PathLike, *, 
             bottom += dims
         if not layer["ffn"]:
             ffn.plot(b, 0, "x", color="tab:red", markersize=10)
-    dense_attn = layers[0]["heads_of"] * layers[0]["head_dim"]
-    attn.axhline(dense_attn, color="gray", ls=":", label=f"dense ({layers[0]['heads_of']} heads × "
-                                                         f"{layers[0]['head_dim']})")
+    # Per block: stages of Swin and ConvNeXt differ in width (a ConvNeXt has no attention at all).
+    attn.step(blocks, [layer["heads_of"] * layer["head_dim"] for layer in layers], where="mid", color="gray", ls=":",
+              label="dense (heads × head dim)")
     attn.set(ylabel="value dims kept\n(one colour per head)", title=title)
     attn.legend(fontsize=8, loc="lower left")
     ffn.bar(blocks, [layer["neurons"] for layer in layers], color="tab:green", width=0.7)
-    ffn.axhline(layers[0]["neurons_of"], color="gray", ls=":", label="dense")
+    ffn.step(blocks, [layer["neurons_of"] for layer in layers], where="mid", color="gray", ls=":", label="dense")
     ffn.set(xlabel="block", ylabel="FFN neurons kept\n(× = FFN block closed)", xticks=list(blocks))
     ffn.legend(fontsize=8, loc="lower left")
     return save_figure(fig, path)
