@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import build
+from conftest import build, tracked
 from hypothesis import note
 from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, images, property_test, small_vits
@@ -16,6 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs
+from vitprune.surgery import prune_depth, prune_heads, prune_mlp_neurons
 
 # timm runs attention through F.scaled_dot_product_attention, which on CPU dispatches to this fused op.
 # FlopCounterMode counts it only where the installed torch has a formula for it (2.15 has, 2.14 has not);
@@ -54,6 +55,21 @@ def test_full_macs_equal_flop_counter(model_spec):
     for fused in (True, False):
         set_fused_attention(model, fused)
         assert 2 * report.macs == counted_flops(model, report.input_size), f"fused={fused}"
+
+
+def test_pruned_macs_equal_flop_counter_on_every_family(small_model_spec):
+    """Each edit a family takes (neurons, a merged MLP, a removed attention, pruned heads), counted as FlopCounterMode
+    counts it, and params as the parameters' numel."""
+    model = tracked(*small_model_spec)
+    adapter = get_adapter(model)
+    hidden = adapter.block(1).mlp.hidden_features
+    prune_mlp_neurons(model, 1, list(range(0, hidden, 2)))
+    prune_depth(model, attention=[3] if "attention_removal" in adapter.capabilities else [], activation=[2])
+    if "head_width" in adapter.capabilities:
+        prune_heads(model, 4, [0])
+    report = count_macs(model)
+    assert report.params == sum(p.numel() for p in model.parameters())
+    assert 2 * report.macs == counted_flops(model, report.input_size)
 
 
 @pytest.mark.skipif(not SDPA_COUNTED, reason="this torch's FlopCounterMode has no formula for fused CPU attention")
