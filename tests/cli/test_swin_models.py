@@ -1,5 +1,6 @@
-"""Swin on the command line, as a user with their own images runs it: VBP, depth pruning and HiAP run and save (HiAP
-on ConvNeXt too); STAR (no [CLS] token) and torch-pruning's width planner are one line, with nothing written."""
+"""Swin on the command line, as a user with their own images runs it: VBP, depth pruning, width pruning of heads and
+neurons and HiAP run and save (HiAP on ConvNeXt too); STAR (no [CLS] token) and pruning the stages' widths are one
+line, with nothing written."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_prune_depth_removes_swin_attention_and_activations(capsys, tmp_path, sa
     ("star", ["--rho", "0.7"], r"STAR needs to prune tokens and propagate LRP relevance through its blocks, which "
                                r"vitprune cannot do on timm-swin models: Swin has no \[CLS\] token"),
     ("hetdpt+", ["--budget", "2", "--macs", "0.001"], "step 2 \\(width\\): width pruning needs to prune embedding "
-                                                      "channels and have torch-pruning plan its width"),
+                                                      "channels, which vitprune cannot do on timm-swin models"),
 ], ids=["star", "hetdpt+"])
 def test_methods_swin_cannot_take_are_one_line(capsys, tmp_path, folder, saved, command, options, message):
     code, _, err = run(capsys, "prune", command, saved, "--data", str(folder), "--no-speed", "--out",
@@ -64,11 +65,20 @@ def test_methods_swin_cannot_take_are_one_line(capsys, tmp_path, folder, saved, 
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("embed", ["--embed", "--no-embed"])
-def test_width_pruning_is_one_line(capsys, tmp_path, saved, embed):
-    code, _, err = run(capsys, "prune", "width", saved, "--ratio", "0.3", embed, "--no-speed", "--out",
+def test_width_pruning_keeps_the_stage_widths(capsys, tmp_path, saved):
+    """Heads and neurons at a ratio below 0.5 (where Torch-Pruning's own Swin example breaks); the stages' widths
+    cannot be pruned, so --embed is one line with nothing written."""
+    out = tmp_path / "pruned"
+    code, stdout, err = run(capsys, "prune", "width", saved, "--ratio", "0.3", "--heads", "--no-embed", "--no-speed",
+                            "--json", "--out", str(out))
+    assert code == 0, err
+    loaded = vitprune.load(out)
+    assert {e.op for e in vitprune.get_recipe(loaded).edits} == {"prune_heads", "prune_mlp_neurons"}
+    assert json.loads(stdout)["after"]["macs_full"] == count_macs(loaded).macs
+    code, _, err = run(capsys, "prune", "width", saved, "--ratio", "0.3", "--embed", "--no-speed", "--out",
                        str(tmp_path / "x"))
-    assert_one_line_error(code, err, "have torch-pruning plan its width, which vitprune cannot do on timm-swin models")
+    assert_one_line_error(code, err, "width pruning needs to prune embedding channels, which vitprune cannot do on "
+                                     "timm-swin models")
     assert not (tmp_path / "x").exists()
 
 

@@ -30,8 +30,6 @@ CAPABILITIES: dict[str, str] = {
     "head_width": "prune heads and head dimensions",
     "value_width": "give each head its own number of value dimensions",
     "embed_width": "prune embedding channels",
-    # torch-pruning's graph must find every head's group (Swin's window attention and stage-wise streams defeat it).
-    "width_planning": "have torch-pruning plan its width",
     "token_pruning": "prune tokens",
     "lrp": "propagate LRP relevance through its blocks",
     "gates": "train gates on its sublayers, heads and neurons",
@@ -127,6 +125,9 @@ class AttentionView:
     scale: float | None = None
     #: Tokens each query attends to where that is not the whole sequence (Swin: its window's); ``None``: all.
     context: int | None = None
+    #: Parameters of ``module`` holding one column (last dimension) per head, besides the projections (Swin's
+    #: relative-position bias table); :meth:`ViTAdapter.set_attention` keeps the kept heads' columns.
+    head_parameters: tuple[nn.Parameter, ...] = ()
 
     @property
     def qk_norm(self) -> bool:
@@ -310,6 +311,12 @@ class ViTAdapter(ABC):
     @abstractmethod
     def stem(self) -> nn.Module:
         """The layer that first writes the residual stream (the patch embedding's projection)."""
+
+    @property
+    def stream_writers(self) -> list[nn.Module]:
+        """Every layer outside the blocks that writes a residual stream: the stem, and where a family changes width
+        between stages, each stage's first layer (Swin's patch merging)."""
+        return [self.stem]
 
     @abstractmethod
     def token_parameters(self) -> list[nn.Parameter]:

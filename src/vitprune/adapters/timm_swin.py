@@ -132,7 +132,7 @@ class SwinAdapter(ViTAdapter):
                 hd = _head_dim(a)
                 attn = AttentionView(module=a, qkv=QKV.of_heads((a.qkv,), a.num_heads, hd), proj=a.proj,
                                      num_heads=a.num_heads, head_dim=hd, gate=attn_gate, scale=a.scale,
-                                     context=block.window_area)
+                                     context=block.window_area, head_parameters=(a.relative_position_bias_table,))
             views.append(BlockView(
                 index=index, name=name, module=block, norm1=block.norm1, attn=attn,
                 ls1=nn.Identity() if block.norm1 is not None else None, drop_path1=block.drop_path1,
@@ -194,6 +194,11 @@ class SwinAdapter(ViTAdapter):
     @property
     def stem(self) -> nn.Module:
         return self.model.patch_embed.proj
+
+    @property
+    def stream_writers(self) -> list[nn.Module]:
+        return [self.stem, *(stage.downsample.reduction for stage in self.model.layers
+                             if not isinstance(stage.downsample, nn.Identity))]
 
     def token_parameters(self) -> list[nn.Parameter]:
         return []

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import build
+from conftest import SWIN_TINY, build, tracked
 
 import vitprune
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
@@ -55,6 +55,43 @@ def test_recorded_edits_equal_torch_pruning_own_result(tmp_path):
     vitprune.save(model, tmp_path / "m")
     with torch.no_grad():
         assert torch.equal(vitprune.load(tmp_path / "m")(x), model(x))
+
+
+@pytest.mark.parametrize("heads", [True, False], ids=["heads", "head-dims"])
+@pytest.mark.parametrize("ratio", [0.25, 0.6])
+def test_swin_width_below_and_above_half(tmp_path, heads, ratio):
+    """Swin: torch-pruning plans heads (or head dims) and neurons with the stages' streams left whole (its stem and
+    patch merging are not pruned; the bias tables are hidden from it); vitprune cuts each head with its bias column.
+    Whole heads and neurons equal the model with them masked; counts equal FlopCounterMode; the save loads."""
+    model = tracked("swin_tiny_patch4_window7_224", SWIN_TINY)
+    masked = copy.deepcopy(model)
+    plan = prune_width(model, ratio, heads=heads, embed=False)
+    assert plan.embed is None and plan.neurons and (plan.heads if heads else plan.head_dims)
+    views = vitprune.get_adapter(model).blocks()
+    assert all(v.attn.num_heads >= 1 and v.attn.module.relative_position_bias_table.shape[1] == v.attn.num_heads
+               for v in views)
+    x = _input(model)
+    if heads:
+        with torch.no_grad():
+            for view in vitprune.get_adapter(masked).blocks():
+                hd = view.attn.head_dim
+                for h in set(range(view.attn.num_heads)) - set(plan.heads.get(view.index, range(view.attn.num_heads))):
+                    view.attn.proj.weight[:, h * hd:(h + 1) * hd] = 0
+                kept = plan.neurons.get(view.index, range(view.mlp.hidden_features))
+                view.mlp.fc2.weight[:, sorted(set(range(view.mlp.hidden_features)) - set(kept))] = 0
+            torch.testing.assert_close(model(x), masked(x), rtol=1e-5, atol=1e-5)
+    report = count_macs(model)
+    assert report.macs == flop_counter_macs(model, x[:1]) < count_macs(masked).macs
+    vitprune.save(model, tmp_path / "m")
+    with torch.no_grad():
+        assert torch.equal(vitprune.load(tmp_path / "m")(x), model(x))
+
+
+def test_swin_stream_widths_are_refused():
+    model = tracked("swin_tiny_patch4_window7_224", SWIN_TINY)
+    with pytest.raises(UnsupportedArchitectureError, match="width pruning needs to prune embedding channels, which "
+                                                           "vitprune cannot do on timm-swin models"):
+        plan_width(model, 0.3)
 
 
 def test_width_pruning_a_depth_pruned_deit_s_counts_right(tmp_path):

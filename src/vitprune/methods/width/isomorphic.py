@@ -57,7 +57,7 @@ class WidthPlan:
 
 def width_requirements(embed: bool) -> tuple[str, ...]:
     """What width pruning needs of a model's family (``embed``: the residual stream's channels too)."""
-    return ("head_width", "ffn_width", *(["embed_width"] if embed else []), "width_planning")
+    return ("head_width", "ffn_width", *(["embed_width"] if embed else []))
 
 
 def _check_supported(model: nn.Module, embed: bool) -> None:
@@ -97,7 +97,8 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     example = torch.randn(1, *adapter.input_size, device=next(work.parameters()).device)
     ignored = list(adapter.classifier_heads())
     if not embed:
-        ignored.append(adapter.stem)
+        ignored += adapter.stream_writers
+    _hide_head_parameters(views)
     # torch-pruning groups the q, k and v rows of a head; the query rows (first in a fused layout) name the head.
     attn = {v.attn.qkv.linears[0]: v.index for v in views if v.attn is not None}
     pruner = tp.pruner.MetaPruner(
@@ -124,6 +125,18 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
         elif fc := next((m for m in removed if m in fc1), None):
             plan.neurons[fc1[fc]] = _complement(removed[fc], fc.out_features)
     return plan
+
+
+def _hide_head_parameters(views) -> None:
+    """Make the planning copy's per-head parameters (Swin's bias table) buffers: torch-pruning would couple their
+    head columns with the heads' channels and give up on the group; ``prune_heads`` slices them itself."""
+    for view in views:
+        if view.attn is None:
+            continue
+        for param in view.attn.head_parameters:
+            name = next(n for n, p in view.attn.module.named_parameters(recurse=False) if p is param)
+            delattr(view.attn.module, name)
+            view.attn.module.register_buffer(name, param.detach())
 
 
 def _importance(tp, name: str):
