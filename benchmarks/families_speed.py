@@ -9,7 +9,7 @@ Issue 25's families enter here as they land:
   global ranking of trained variances decides which blocks lose how many; without the weights every block loses the
   same share;
 - Swin-S and Swin-B under HetDPT's Table 1 rows: the per-stage split of attention and GELU removals closest to the
-  printed params and MACs (``swin_tables.closest_hetdpt_split``; the paper does not print its layer sets).
+  printed params and MACs (``stage_splits.closest_hetdpt_split``; the paper does not print its layer sets).
 
 Weights are random: speed and MACs do not depend on them, and nothing is downloaded.
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from profile_deit import DTYPES, results_stem, write_results
 from star_deit import ACS_GAMMA, static_star
-from swin_tables import SWIN, closest_hetdpt_split
+from stage_splits import SWIN, closest_hetdpt_split
 from torch import nn
 
 import vitprune

@@ -38,7 +38,7 @@ from profile_deit import write_results
 from star_deit import ACS_GAMMA, LVVIT, LVVIT_KWARGS, static_star
 from star_deit import DENSE as STAR_DENSE
 from star_deit import TABLE2 as STAR_TABLE2
-from swin_tables import HETDPT_SWIN, SWIN, build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
+from stage_splits import HETDPT_SWIN, SWIN, build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
 from torch import nn
 from vbp_deit import ROWS as VBP_ROWS
 
@@ -88,9 +88,10 @@ _VBP_T11 = {
     _T: [("4.65", "1.05"), ("4.30", "0.98"), ("3.94", "0.91"), ("3.59", "0.84"), ("3.23", "0.77")],
 }
 
-#: VBP Table 8's dense ConvNeXts: (size, timm name, params (M) and GMACs as printed).
-_VBP_CONVNEXT = [("T", "convnext_tiny", "28.59", "4.47"), ("S", "convnext_small", "50.22", "8.71"),
-                 ("B", "convnext_base", "88.59", "15.38")]
+#: VBP Table 8's ConvNeXts: (size, timm name, dense params (M) and GMACs, pruned params and GMACs, Table 12's rate).
+_VBP_CONVNEXT = [("T", "convnext_tiny", ("28.59", "4.47"), ("12.61", "2.96"), 0.45),
+                 ("S", "convnext_small", ("50.22", "8.71"), ("23.50", "5.11"), 0.5),
+                 ("B", "convnext_base", ("88.59", "15.38"), ("41.32", "8.91"), 0.55)]
 
 #: VBP Table 1's Swin rows: size -> (dense params M and GMACs, [(ratio, params M, GMACs)]).
 _VBP_SWIN = {"T": (("28.29", "4.50"), [(0.45, "21.31", "3.23")]), "S": (("49.61", "8.76"), [(0.5, "35.02", "5.63")]),
@@ -156,11 +157,6 @@ _NOT_REPRODUCED: list[tuple[str, str, str, str, list[tuple[str, str | None, str 
     ("VBP", "Table 5",
      "NViT's learned widths are not printed (a baseline quoted from its paper).", "G",
      [("NViT (50 Ep.)", "56.37", None), ("NViT (1 Ep.)", "56.85", None)]),
-    ("VBP", "Table 8",
-     "The global ranking across stages of different widths makes the pruned structure depend on the trained "
-     "variances, and the rate behind the table is ambiguous (caption 50%, Table 12 45/50/55%; notes/vbp.md §5 item "
-     "21); the dense rows are in the Table 8 table above.", "G",
-     [("ConvNeXt-T VBP", "12.61", "2.96"), ("ConvNeXt-S VBP", "23.50", "5.11"), ("ConvNeXt-B VBP", "41.32", "8.91")]),
     ("STAR", "Tables 1, 2, 8",
      "a-STAR keeps an input-dependent number of tokens per image: the printed GFLOPs are averages over ImageNet "
      "images through the trained model, which random weights cannot reproduce.", "G",
@@ -447,14 +443,19 @@ def _vbp_swin_rows() -> list[dict[str, Any]]:
                          "ours (see the introduction)."))
         for ratio, params, gmacs in printed:
             shares = vbp_stage_shares(list(_swin_stages(size)), ratio, dense, (params, gmacs))
-            implied = ("no split of the removed neurons over the stages gives both printed figures" if shares is None
-                       else "the printed rows imply that VBP removed " + ", ".join(
-                           f"{lo:.0%}-{hi:.0%}" if round(lo, 2) != round(hi, 2) else f"{lo:.0%}"
-                           for lo, hi in shares) + " of stages 1-4's neurons")
             rows.append(_row(f"Swin-{size} {ratio:.0%} (uniform split)", params, gmacs,
                              uniform_vbp(_base(name), ratio), "full",
-                             f"Ours removes {ratio:.0%} of every block's neurons; {implied}."))
+                             f"Ours removes {ratio:.0%} of every block's neurons; {_shares_text(shares)}."))
     return rows
+
+
+def _shares_text(shares: list[tuple[float, float]] | None) -> str:
+    """What :func:`stage_splits.vbp_stage_shares` found, in words."""
+    if shares is None:
+        return "no split of the removed neurons over the stages gives both printed figures"
+    return "the printed rows imply that VBP removed " + ", ".join(
+        f"{lo:.0%}-{hi:.0%}" if round(lo, 2) != round(hi, 2) else f"{lo:.0%}" for lo, hi in shares) + \
+        " of stages 1-4's neurons"
 
 
 def _vbp_rows(name: str, printed: list[tuple[float, str, str]], dense: tuple[str, str], num_classes: int = 1000,
@@ -522,16 +523,26 @@ def _vbp_section() -> dict[str, Any]:
     b70["note"] = (f"The printed {b70['paper']['macs']} G / {b70['paper']['params_m']} M are the 65% model's (ours at "
                    f"65% with the ImageNet head: {b65['macs_full'] / 1e9:.3f} G, {b65['params'] / 1e6:.2f} M): a label "
                    "or copy error in the paper (notes/vbp.md §5 item 20). " + b70["note"])
-    t8 = [_row(f"ConvNeXt-{size} full (`{name}`)", params, gmacs, _dense(name), "full",
-               "The MACs differ by the element-wise offset the introduction describes.")
-          for size, name, params, gmacs in _VBP_CONVNEXT]
-    t8_offsets = ", ".join(f"{float(row['paper']['macs']) - row['ours']['macs_full'] / 1e9:.3f}" for row in t8)
+    t8, offsets8 = [], []
+    for size, name, dense, pruned, table12 in _VBP_CONVNEXT:
+        offsets8.append(f"{float(dense[1]) - _dense(name)['macs_full'] / 1e9:.3f}")
+        t8.append(_row(f"ConvNeXt-{size} full (`{name}`)", *dense, _dense(name), "full",
+                       "The MACs differ by the element-wise offset the introduction describes."))
+        stage_list = stages(_base(name))
+        shares = vbp_stage_shares(stage_list, 0.5, dense, pruned)
+        note = ("Ours removes 50% of every block's neurons; " + _shares_text(shares) + ".")
+        if table12 != 0.5:
+            other = vbp_stage_shares(stage_list, table12, dense, pruned)
+            note += (f" At Table 12's {table12:.0%} " + ("no split of the neurons over the stages gives both printed "
+                                                         "figures" if other is None else _shares_text(other)) + ".")
+        t8.append(_row(f"ConvNeXt-{size} 50% (uniform split)", *pruned, uniform_vbp(_base(name), 0.5), "full", note))
     t8_intro = ("timm's ConvNeXt with random weights: the parameters agree to the printed digit; the paper's MACs are "
-                f"{t8_offsets} G above ours for T/S/B (0.2-0.3%), of the size element-wise operations (norms, biases, "
-                "activations), which vitprune does not count, would add, as for DeiT. No attention, so both "
-                "conventions agree. The pruned rows "
-                "are listed below: VBP's one global ranking across stages of different widths and positions makes "
-                "their structure depend on the trained variances.")
+                f"{', '.join(offsets8)} G above ours for T/S/B (0.2-0.3%), of the size element-wise operations (norms, "
+                "biases, activations), which vitprune does not count, would add, as for DeiT. No attention, so both "
+                "conventions agree. The rate behind the pruned rows is ambiguous (caption 50%, Table 12 45/50/55%; "
+                "notes/vbp.md §5 item 21): solving for the per-stage split, as for Swin below, only 50% fits all "
+                "three rows, so the caption's rate is the one. VBP's global ranking of trained variances decides the "
+                "split, which random weights cannot: ours removes the same share of every block.")
     swin_intro = ("timm's Swin with random weights, full convention: the params agree to the printed digit, the "
                   "MACs are 0.01-0.03 G (0.2%) above ours, of the size Swin's own counter's norms would add. VBP "
                   "ranks every neuron by its trained variance in one global list, so how many each stage loses, and "
@@ -555,7 +566,7 @@ def _vbp_section() -> dict[str, Any]:
                        _table("Table 10: ImageNet-1k, 5-50%", "MACs (G)", t10),
                        _table("Table 11: CIFAR-100, 30-70%", "MACs (G)", t11,
                               "Counted with CIFAR-100's 100-class head, at 224 px as the paper's MACs imply."),
-                       _table("Table 8: ConvNeXt, dense", "MACs (G)", t8, t8_intro),
+                       _table("Table 8: ConvNeXt", "MACs (G)", t8, t8_intro),
                        _table("Table 1: Swin rows", "MACs (G)", _vbp_swin_rows(), swin_intro)],
             "not_reproduced": _not_reproduced("VBP")}
 

@@ -1,5 +1,6 @@
-"""benchmarks/swin_tables.py on the tiny Swin: the per-stage costs it measures add up to what surgery gives, a split
-built to known counts is among those it finds, and the VBP shares it infers bracket the split that produced them."""
+"""benchmarks/stage_splits.py on the tiny Swin and ConvNeXt: the per-stage costs it measures add up to what surgery
+gives, a split built to known counts is among those it finds, and the VBP shares it infers bracket the split that
+produced them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import SWIN_TINY, tracked
+from conftest import CONVNEXT_TINY, SWIN_TINY, tracked
 
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_mlp_neurons
@@ -18,7 +19,7 @@ from vitprune.surgery import prune_mlp_neurons
 def st() -> ModuleType:
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        return importlib.import_module("swin_tables")
+        return importlib.import_module("stage_splits")
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +76,13 @@ def test_vbp_shares_bracket_the_split_that_produced_the_counts(st, model):
 def _printed(totals: dict[str, int]) -> tuple[str, str]:
     """Params (M) and GMACs as a paper would print them, to six decimals."""
     return f"{totals['params'] / 1e6:.6f}", f"{totals['macs_full'] / 1e9:.6f}"
+
+
+def test_a_family_without_attention_has_neuron_and_gelu_costs_only(st):
+    model = tracked("convnext_tiny", CONVNEXT_TINY)
+    stages = st.stages(model)
+    assert [s.blocks for s in stages] == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)]
+    assert all(s.attention is None for s in stages)
+    # 32 px through a stride-4 stem: 8x8, 4x4, 2x2, 1x1 positions at widths 8, 16, 32, 64.
+    assert [(s.neurons, s.neuron_params, s.neuron_macs) for s in stages] == [
+        (96, 17, 16 * 64), (192, 33, 32 * 16), (384, 65, 64 * 4), (768, 129, 128 * 1)]

@@ -1,7 +1,8 @@
-"""What the papers' pruned Swin rows imply about structures they do not print (used by ``paper_tables.py``).
+"""What the papers' pruned Swin and ConvNeXt rows imply about structures they do not print (for ``paper_tables.py``).
 
 HetDPT prints its Swin rows' layer counts (10 layers on Swin-S, none on Swin-B, 5 in the draft's Swin-T) but not
-which layers, and VBP's global ranking of trained variances decides how many neurons each stage loses. Removing an
+which layers, and VBP's global ranking of trained variances decides how many neurons each stage of a Swin or a
+ConvNeXt loses. Removing an
 attention or a GELU costs the same in every block of a stage (same width, tokens and window), and a neuron costs
 ``2C + 1`` params and ``2C·T`` MACs in its stage, so the printed counts pin down, or rule out, per-stage splits.
 Every cost here is measured by vitprune on the model itself (one removal per stage and type, counted), not typed.
@@ -33,10 +34,11 @@ HETDPT_SWIN = {
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a Swin: its blocks, and what one removal there saves (params, MACs full, MACs linear)."""
+    """One stage of a Swin (or ConvNeXt): its blocks, and what one removal there saves (params, MACs full, MACs
+    linear; ``attention`` is ``None`` for a family without attention)."""
 
     blocks: tuple[int, ...]
-    attention: tuple[int, int, int]
+    attention: tuple[int, int, int] | None
     activation: tuple[int, int, int]
     #: Hidden neurons in the stage, and one neuron's params and MACs.
     neurons: int
@@ -45,7 +47,8 @@ class Stage:
 
 
 def stages(model: nn.Module) -> list[Stage]:
-    """Each stage's blocks and removal costs, measured: one attention and one GELU removed from its first block."""
+    """Each stage's blocks and removal costs, measured: one attention (where there is one) and one GELU removed from
+    its first block."""
     views = vitprune.get_adapter(model).blocks()
     dense = count_macs(model)
     totals = dense.totals()
@@ -63,7 +66,8 @@ def stages(model: nn.Module) -> list[Stage]:
     for blocks in groups.values():
         first = views[blocks[0]]
         width = first.mlp.fc1.in_features
-        out.append(Stage(tuple(blocks), saving([blocks[0]], []), saving([], [blocks[0]]),
+        out.append(Stage(tuple(blocks), saving([blocks[0]], []) if first.attn is not None else None,
+                         saving([], [blocks[0]]),
                          neurons=sum(views[b].mlp.hidden_features for b in blocks), neuron_params=2 * width + 1,
                          neuron_macs=2 * width * dense.blocks[blocks[0]].tokens))
     return out
