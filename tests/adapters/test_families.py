@@ -29,7 +29,7 @@ EXPECTED = {
     "hf:DeiTForImageClassification": (HFViTAdapter, 64, 4, 256, 2, (4, 4), 32, 1, False, True),
     "hf:DeiTForImageClassificationWithTeacher": (HFViTAdapter, 64, 4, 256, 2, (4, 4), 32, 2, False, False),
     # The tiny row (LVVIT_TINY): its skip_lam is a LayerScale, and the token-labelling head is a second head.
-    "vitprune:lvvit-s": (LVViTAdapter, 64, 4, 192, 1, (4, 4), 32, 2, True, False),
+    "vitprune:lvvit-s": (LVViTAdapter, 64, 4, 192, 1, (4, 4), 32, 2, True, True),
 }
 
 

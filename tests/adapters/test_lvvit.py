@@ -9,9 +9,8 @@ import torch.nn.functional as F
 from conftest import LVVIT_TINY
 
 import vitprune
-from vitprune.errors import RecipeError, UnsupportedArchitectureError
+from vitprune.errors import RecipeError
 from vitprune.measure import count_macs, flop_counter_macs
-from vitprune.methods.star.pipeline import STARConfig, run_star
 
 
 def _original_state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -91,17 +90,23 @@ def test_a_mismatched_checkpoint_names_the_first_bad_key(tmp_path):
         vitprune.create_model("lvvit-s", checkpoint=tmp_path / "wide.pth", **LVVIT_TINY)
 
 
-def test_star_with_the_lrp_prior_is_refused_before_any_work_and_names_the_class_head_models(tmp_path):
-    """Its output adds the token-labelling head's maximum to the class head, so relevance has no single [CLS] path;
-    STAR with alpha 1 ([CLS] attention alone) runs (tests/methods/test_families_end_to_end.py), and so does the
-    LRP prior on the class head alone (tests/methods/star/test_lrp.py)."""
+def test_the_token_labelling_head_is_a_token_head():
+    """The adapter shows the token-labelling head as a token head (its maximum over the patches, halved, adds to the
+    class head's logits), so relevance follows both (tests/methods/star/test_lrp.py); the class-head model has none."""
     model = vitprune.create_model("lvvit-s", **LVVIT_TINY)
-    with pytest.raises(UnsupportedArchitectureError, match="STAR needs to propagate LRP relevance through its "
-                                                           "blocks, which vitprune cannot do on lvvit models with the "
-                                                           "token-labelling head; lvvit-s-cls and lvvit-m-cls keep"):
-        run_star(model, None, None, run_dir=tmp_path / "x", config=STARConfig(alpha=0.3))
-    assert not (tmp_path / "x").exists()
-    assert "lrp" in vitprune.get_adapter(vitprune.create_model("lvvit-s-cls", **LVVIT_TINY)).capabilities
+    adapter = vitprune.get_adapter(model)
+    assert adapter.token_head.linear is model.aux_head and adapter.token_head.weight == 0.5
+    assert adapter.pools_class_token and "lrp" in adapter.capabilities
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        tokens = adapter.embed(x)
+        for view in adapter.blocks():
+            tokens = view.module(tokens)
+        patches = adapter.patch_features(tokens)
+        assert patches.shape == (2, 16, 64)
+        torch.testing.assert_close(model(x), model.head(adapter.pool(tokens)) + 0.5 * model.aux_head(patches).amax(1))
+    assert vitprune.get_adapter(vitprune.create_model("lvvit-s-cls", **LVVIT_TINY)).token_head is None
+
 
 
 def test_the_class_head_model_loads_an_original_checkpoint_without_its_token_labelling_head(tmp_path):

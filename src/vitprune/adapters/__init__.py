@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, TokenHead, ViTAdapter
 from vitprune.adapters.hf_vit import HFImageClassifier, HFViTAdapter
 from vitprune.adapters.lvvit import LVViTAdapter
 from vitprune.adapters.timm_convnext import ConvNeXtAdapter
@@ -49,6 +49,6 @@ def get_adapter(model: nn.Module) -> ViTAdapter:
 
 __all__ = [
     "ADAPTERS", "CAPABILITIES", "QKV", "AttentionView", "BlockView", "ConvNeXtAdapter", "HFImageClassifier",
-    "HFViTAdapter", "LVViTAdapter", "MlpView", "SwinAdapter",
+    "HFViTAdapter", "LVViTAdapter", "MlpView", "SwinAdapter", "TokenHead",
     "TimmViTAdapter", "ViTAdapter", "find_adapter", "get_adapter", "prepare_model",
 ]

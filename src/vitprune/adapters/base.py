@@ -177,6 +177,15 @@ class MlpView:
 
 
 @dataclass(frozen=True)
+class TokenHead:
+    """A classifier on every patch token whose per-class maximum over the patches, times ``weight``, is added to the
+    class head's logits (LV-ViT's token-labelling head)."""
+
+    linear: nn.Linear
+    weight: float
+
+
+@dataclass(frozen=True)
 class BlockView:
     """One pre-norm transformer block: ``x + ls1(attn(norm1(x)))``, ``x + ls2(mlp(norm2(x)))``, then ``act``.
 
@@ -297,7 +306,17 @@ class ViTAdapter(ABC):
     @property
     @abstractmethod
     def pools_class_token(self) -> bool:
-        """Whether one classifier head reads the [CLS] token alone (no average, no distillation token)."""
+        """Whether the class head reads the [CLS] token alone (no average, no distillation token); a
+        :attr:`token_head` may add to its logits."""
+
+    @property
+    def token_head(self) -> TokenHead | None:
+        """The head on every patch token whose maximum adds to the logits, if the family has one (LV-ViT)."""
+        return None
+
+    def patch_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The normalised patch tokens the :attr:`token_head` reads, from the last block's output ``x``."""
+        raise VitpruneError(f"{self.family} models have no token head")
 
     @abstractmethod
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,8 @@ edit applies unchanged:
 - the token-labelling head: at inference the class logits plus half the maximum over patch tokens of the
   auxiliary per-token logits, as the original code's evaluation path computes them. vitprune trains the same
   output (it has no token-labelling loss). ``aux_head=False`` (the ``-cls`` models) keeps the class head alone, as
-  STAR's code runs LV-ViT; only then can relevance be propagated (LRP).
+  STAR's code runs LV-ViT. Relevance (LRP) follows both heads: the adapter shows the token-labelling head as a
+  :class:`~vitprune.adapters.base.TokenHead`.
 
 The original layer names are kept, so an original checkpoint loads after :meth:`LVViT.checkpoint_filter` adds the
 constant LayerScales.
@@ -27,9 +28,8 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES
+from vitprune.adapters.base import CAPABILITIES, TokenHead
 from vitprune.adapters.timm_vit import TimmViTAdapter
-from vitprune.errors import UnsupportedArchitectureError
 
 #: The released configurations: LV-ViT-S and LV-ViT-M (width, depth, heads, MLP ratio 3, skip_lam 2).
 LVVIT_CONFIGS: dict[str, dict[str, Any]] = {
@@ -69,6 +69,9 @@ class LVViT(VisionTransformer):
     """LV-ViT on timm's ``VisionTransformer`` (see the module's description); ``aux_head=False`` drops the
     token-labelling head (the class head alone)."""
 
+    #: The token-labelling head's weight at inference, as the original evaluates.
+    aux_weight = 0.5
+
     def __init__(self, *, skip_lam: float = 2.0, stem_channels: int = 64, aux_head: bool = True,
                  mlp_ratio: float = 3.0, **kwargs: Any) -> None:
         super().__init__(embed_layer=partial(ConvStemEmbed, stem_channels=stem_channels), init_values=1 / skip_lam,
@@ -84,7 +87,7 @@ class LVViT(VisionTransformer):
         logits = super().forward_head(x, pre_logits=pre_logits)
         if pre_logits or self.aux_head is None:
             return logits
-        return logits + 0.5 * self.aux_head(x[:, self.num_prefix_tokens:]).max(dim=1).values
+        return logits + self.aux_weight * self.aux_head(x[:, self.num_prefix_tokens:]).max(dim=1).values
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         super().reset_classifier(num_classes, global_pool)
@@ -113,31 +116,14 @@ def build_lvvit(name: str, **kwargs: Any) -> LVViT:
 
 
 class LVViTAdapter(TimmViTAdapter):
-    """LV-ViT: timm's ViT adapter, with the convolutional stem's input and the token-labelling head.
-
-    With the token-labelling head the output mixes the class head with its maximum over patch tokens, so relevance
-    does not flow from one [CLS] token to one head: STAR's LRP prior is not available (STAR with ``alpha=1`` is).
-    With the class head alone (``aux_head=False``) it is.
-    """
+    """LV-ViT: timm's ViT adapter, with the convolutional stem's input and the token-labelling head (a
+    :class:`~vitprune.adapters.base.TokenHead`: its maximum over the patch tokens, halved, adds to the class head's
+    logits, and relevance follows both paths)."""
 
     family = "lvvit"
-    #: With the token-labelling head; a model without it also has ``lrp`` (see ``__init__``).
-    capabilities = frozenset(CAPABILITIES) - {"lrp"}
+    capabilities = frozenset(CAPABILITIES)
     family_modules = ("vitprune.adapters.lvvit",)
-    family_attributes = frozenset({"aux_head", "skip_lam", "checkpoint_filter"})
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        if model.aux_head is None:
-            self.capabilities = frozenset(CAPABILITIES)
-
-    def require(self, *needed: str, by: str) -> None:
-        try:
-            super().require(*needed, by=by)
-        except UnsupportedArchitectureError as exc:
-            raise UnsupportedArchitectureError(
-                f"{exc} with the token-labelling head; lvvit-s-cls and lvvit-m-cls keep the class head alone, as "
-                "STAR's code runs LV-ViT") from None
+    family_attributes = frozenset({"aux_head", "aux_weight", "skip_lam", "checkpoint_filter"})
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
@@ -152,8 +138,14 @@ class LVViTAdapter(TimmViTAdapter):
         return (pe.conv1.in_channels, *pe.img_size)
 
     @property
-    def pools_class_token(self) -> bool:
-        return self.model.aux_head is None and super().pools_class_token
+    def token_head(self) -> TokenHead | None:
+        aux = self.model.aux_head
+        return None if aux is None else TokenHead(aux, self.model.aux_weight)
+
+    def patch_features(self, x: torch.Tensor) -> torch.Tensor:
+        if self.model.aux_head is None:
+            return super().patch_features(x)
+        return self.model.norm(x)[:, self.num_prefix_tokens:]
 
     def classifier_heads(self) -> list[nn.Module]:
         return super().classifier_heads() + ([self.model.aux_head] if self.model.aux_head is not None else [])

@@ -25,13 +25,15 @@ def _images(model, n=3):
 HF_SMALL = {**HF_TINY, "num_hidden_layers": 2}
 #: LV-ViT with its class head alone (as STAR's code runs it): its stem, skip_lam LayerScales and ``eps`` differ.
 LVVIT_CLS = ("vitprune:lvvit-s-cls", {**LVVIT_TINY, "depth": 2})
+#: And with its token-labelling head, whose maximum over the patches adds to the logits.
+LVVIT = ("vitprune:lvvit-s", {**LVVIT_TINY, "depth": 2})
 
 
 @pytest.mark.parametrize("name, kwargs", [("deit_tiny_patch16_224", {"depth": 2}),
                                           ("vit_small_patch14_dinov2", {"depth": 2, "img_size": 56}),
                                           ("hf:ViTForImageClassification", HF_SMALL),
-                                          ("hf:DeiTForImageClassification", HF_SMALL), LVVIT_CLS],
-                         ids=["deit", "dinov2-ls", "hf_vit", "hf_deit", "lvvit_cls"])
+                                          ("hf:DeiTForImageClassification", HF_SMALL), LVVIT_CLS, LVVIT],
+                         ids=["deit", "dinov2-ls", "hf_vit", "hf_deit", "lvvit_cls", "lvvit"])
 def test_traced_forward_is_the_models_forward(name, kwargs):
     model = tracked(name, kwargs)
     x = _images(model, n=2)
@@ -41,10 +43,10 @@ def test_traced_forward_is_the_models_forward(name, kwargs):
     assert len(traces) == 2 and traces[0].attn.shape[-1] == traces[0].x.shape[1]
 
 
-@pytest.mark.parametrize("family", ["timm", "hf", "lvvit"])
+@pytest.mark.parametrize("family", ["timm", "hf", "lvvit_cls", "lvvit"])
 def test_relevance_is_conserved_from_the_logit_to_the_tokens(family):
     others = {"hf": ("hf:ViTForImageClassification", {**HF_SMALL, "num_hidden_layers": 3}),
-              "lvvit": (LVVIT_CLS[0], {**LVVIT_CLS[1], "depth": 3})}
+              "lvvit_cls": (LVVIT_CLS[0], {**LVVIT_CLS[1], "depth": 3}), "lvvit": (LVVIT[0], {**LVVIT[1], "depth": 3})}
     model = _small() if family == "timm" else tracked(*others[family])
     x = _images(model)
     with torch.no_grad():
@@ -96,7 +98,6 @@ def test_lrp_rejects_what_it_cannot_follow():
     distilled = vitprune.track(build("deit_tiny_distilled_patch16_224", {"depth": 1}),
                                "deit_tiny_distilled_patch16_224", depth=1)
     teacher = tracked("hf:DeiTForImageClassificationWithTeacher", HF_SMALL)
-    token_labelling = tracked("vitprune:lvvit-s", LVVIT_CLS[1])
-    for model in (distilled, teacher, token_labelling):
-        with pytest.raises(UnsupportedArchitectureError, match="single \\[CLS\\] token to a single head"):
+    for model in (distilled, teacher):  # LV-ViT's token-labelling head is followed (test_relevance_is_conserved...)
+        with pytest.raises(UnsupportedArchitectureError, match="single \\[CLS\\] token to the class head"):
             inter_layer_scores(model, [(_images(model, 1), None)])

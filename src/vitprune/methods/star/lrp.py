@@ -13,6 +13,10 @@ Relevance rules (Chefer's, with LRP-αβ at α=1, β=0 for every Linear): LayerN
 dropout and LayerScale pass relevance through; a product of two tensors (``q·kᵀ``, ``A·v``)
 splits it by the z-rule and halves each share; a residual sum splits it by the z-rule, rescaled
 so that it is conserved; a fork sums its branches; [CLS] pooling sends it to the [CLS] token.
+Where a token head adds its weighted per-class maximum over the patches to the class logits
+(LV-ViT's token labelling), the z-rule splits each logit's relevance between the two, and the
+maximum sends the token head's share to the patch that attains it (winner takes all, as LRP treats
+max pooling); the weight, a constant factor, passes it through.
 """
 
 from __future__ import annotations
@@ -70,6 +74,17 @@ def _add_relevance(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) ->
 
 
 @dataclass
+class Readout:
+    """What the classifier read: the pooled features and the class head's logits, and where a token head adds to
+    them (LV-ViT), the patch features it read and its per-patch logits (before its weight)."""
+
+    pooled: torch.Tensor
+    class_logits: torch.Tensor
+    patches: torch.Tensor | None = None
+    token_logits: torch.Tensor | None = None
+
+
+@dataclass
 class _BlockTrace:
     """One block's intermediate tensors; the attention ones are ``None`` where the block has no head left."""
 
@@ -102,7 +117,7 @@ def _check(model: nn.Module) -> None:
     if all(view.attn is None or view.attn.num_heads == 0 for view in views):
         raise UnsupportedArchitectureError("LRP importance follows attention maps; no block has an attention head")
     if not adapter.pools_class_token:
-        raise UnsupportedArchitectureError("LRP importance follows a single [CLS] token to a single head")
+        raise UnsupportedArchitectureError("LRP importance follows a single [CLS] token to the class head")
 
 
 def _widths(attn: AttentionView) -> tuple[list[int], list[int]]:
@@ -122,9 +137,9 @@ def _fc2(view: BlockView) -> nn.Module:
     return nn.Identity() if view.mlp.fc2 is None else view.mlp.fc2
 
 
-def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[_BlockTrace], torch.Tensor]:
+def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, list[_BlockTrace], Readout]:
     """The model's forward through its adapter's views, unfused, keeping what relevance propagation needs:
-    ``(logits, traces, pooled)``.
+    ``(logits, traces, readout)``.
 
     The attention maps ``traces[l].attn`` are part of the autograd graph, so the gradient of any
     logit with respect to them can be taken. Narrower value heads are zero-padded to the query
@@ -160,18 +175,31 @@ def traced_forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor
         x = x_mid + branch2
     pooled = adapter.pool(x)
     head = _head(adapter)
-    return (pooled if head is None else head(pooled)), traces, pooled
+    readout = Readout(pooled, pooled if head is None else head(pooled))
+    token_head = adapter.token_head
+    if token_head is None:
+        return readout.class_logits, traces, readout
+    readout.patches = adapter.patch_features(x)
+    readout.token_logits = token_head.linear(readout.patches)
+    return readout.class_logits + token_head.weight * readout.token_logits.max(dim=1).values, traces, readout
 
 
-def attention_relevance(model: nn.Module, traces: list[_BlockTrace], pooled: torch.Tensor,
+def attention_relevance(model: nn.Module, traces: list[_BlockTrace], readout: Readout,
                         relevance: torch.Tensor) -> tuple[list[torch.Tensor | None], torch.Tensor]:
     """Propagate ``relevance`` ``(B, classes)`` from the logits down; the relevance of every attention map
     ``(B, H, N, N)`` (``None`` for a block with no head) and of the tokens entering the first block ``(B, N, D)``."""
     adapter = get_adapter(model)
     head = _head(adapter)
-    r_pooled = relevance if head is None else linear_relevance(head, pooled.detach(), relevance)
     r = torch.zeros_like(traces[-1].x)
-    r[:, 0] = r_pooled
+    if readout.token_logits is not None:
+        token_head = adapter.token_head
+        best = readout.token_logits.detach().max(dim=1)
+        relevance, r_token = _z_rule(torch.add, [readout.class_logits.detach(), token_head.weight * best.values],
+                                     relevance)
+        r_patch_logits = torch.zeros_like(readout.token_logits).scatter_(1, best.indices[:, None], r_token[:, None])
+        r[:, adapter.num_prefix_tokens:] = linear_relevance(token_head.linear, readout.patches.detach(),
+                                                            r_patch_logits)
+    r[:, 0] = relevance if head is None else linear_relevance(head, readout.pooled.detach(), relevance)
     maps = []
     for view, t in zip(reversed(adapter.blocks()), reversed(traces), strict=True):
         attn = view.attn
@@ -243,14 +271,14 @@ def inter_layer_scores(model: nn.Module, loader: Iterable[tuple[torch.Tensor, to
             if take <= 0:
                 break
             with torch.enable_grad():
-                logits, traces, pooled = traced_forward(model, images[:take].to(device))
+                logits, traces, readout = traced_forward(model, images[:take].to(device))
                 top = logits.topk(min(classes, logits.shape[1]), dim=1).indices
                 for rank in range(top.shape[1]):
                     one_hot = F.one_hot(top[:, rank], logits.shape[1]).to(logits.dtype)
                     grads = iter(torch.autograd.grad((logits * one_hot).sum(),
                                                      [t.attn for t in traces if t.attn is not None],
                                                      retain_graph=rank + 1 < top.shape[1]))
-                    maps, _ = attention_relevance(model, traces, pooled, one_hot)
+                    maps, _ = attention_relevance(model, traces, readout, one_hot)
                     b, n, _ = traces[0].x.shape
                     eye = torch.eye(n, device=device, dtype=logits.dtype).expand(b, n, n)
                     # A block with no head mixes no tokens: its factor is the identity.
