@@ -60,7 +60,18 @@ def test_full_macs_equal_flop_counter(model_spec):
 def test_pruned_macs_equal_flop_counter_on_every_family(small_model_spec):
     """Each edit a family takes (neurons, a merged MLP, a removed attention, pruned heads), counted as FlopCounterMode
     counts it, and params as the parameters' numel."""
-    model = tracked(*small_model_spec)
+    _assert_pruned_counts(tracked(*small_model_spec))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kwargs", [("swin_tiny_patch4_window7_224", {}), ("convnext_tiny", {}),
+                                          ("convnext_tiny", {"conv_mlp": True}), ("vitprune:lvvit-s", {})],
+                         ids=["swin-t", "convnext-t", "convnext-t-conv-mlp", "lvvit-s"])
+def test_pruned_macs_equal_flop_counter_at_released_sizes(name, kwargs):
+    _assert_pruned_counts(tracked(name, kwargs))
+
+
+def _assert_pruned_counts(model: nn.Module) -> None:
     adapter = get_adapter(model)
     hidden = adapter.block(1).mlp.hidden_features
     prune_mlp_neurons(model, 1, list(range(0, hidden, 2)))
