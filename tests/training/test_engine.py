@@ -6,12 +6,15 @@ import json
 
 import pytest
 import torch
-from torch.utils.data import Subset
+from conftest import HF_TINY, SWIN_TINY, tracked
+from torch.utils.data import Subset, TensorDataset
 
 import vitprune
 from vitprune.data import DigitsDataset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.surgery import prune_mlp_neurons
+from vitprune.methods.hiap import HiAPConfig, HiAPGates, layer_shapes
+from vitprune.methods.hiap.search import HiAPTraining
+from vitprune.surgery import add_depth_gates, prune_mlp_neurons
 from vitprune.training import evaluate
 from vitprune.training.engine import CHECKPOINT_DIR, METRICS_FILE, STATE_FILE, TrainConfig, Trainer, TrainHooks
 
@@ -209,3 +212,34 @@ def test_training_progress_goes_to_stderr_only_when_enabled(capfd, enabled):
     out, err = capfd.readouterr()
     assert out == ""
     assert ("epoch 1/1" in err and "2/2" in err) if enabled else err == ""
+
+
+def _decays(optimizer: torch.optim.Optimizer) -> dict[int, float]:
+    return {id(p): group["weight_decay"] for group in optimizer.param_groups for p in group["params"]}
+
+
+@pytest.mark.parametrize("name, kwargs, tokens", [
+    ("deit_tiny_distilled_patch16_224", {"depth": 1}, 3),  # class and distillation tokens, position embedding
+    ("hf:ViTForImageClassification", {**HF_TINY, "num_hidden_layers": 1}, 2),  # class token, position embedding
+    ("swin_tiny_patch4_window7_224", {**SWIN_TINY, "depths": (1, 1, 1, 1)}, 4),  # a bias table per block
+], ids=["deit-distilled", "hf_vit", "swin"])
+def test_norms_biases_tokens_and_gates_are_not_decayed(name, kwargs, tokens):
+    """timm's convention in every trainer: weight decay on matrices only, never on norms, biases, LayerScale, the
+    class/distillation tokens, the position embedding, Swin's bias tables, depth gates' importance or HiAP's gates."""
+    model = tracked(name, kwargs)
+    gates = add_depth_gates(model)
+    size = vitprune.get_adapter(model).input_size
+    data = TensorDataset(torch.randn(4, *size), torch.zeros(4, dtype=torch.long))
+    decays = _decays(Trainer(model, data, TrainConfig(epochs=1, weight_decay=0.05, batch_size=2)).optimizer)
+    adapter = vitprune.get_adapter(model)
+    quiet = [*adapter.no_decay_parameters(), *(p for p in model.parameters() if p.ndim <= 1)]
+    assert quiet and all(decays[id(p)] == 0.0 for p in quiet)
+    assert all(decays[id(p)] == 0.05 for p in model.parameters() if id(p) not in {id(q) for q in quiet})
+    assert len(adapter.no_decay_parameters()) == tokens
+    assert all(decays[id(g.importance)] == 0.0 for g in gates.attention.values())
+    model = tracked(name, kwargs)
+    hiap = HiAPTraining(model, HiAPGates(layer_shapes(model)), HiAPConfig(), fixed_macs=0, gate_lr=0.1)
+    groups = hiap.param_groups(model, TrainConfig(epochs=1, weight_decay=0.05))
+    decayed = {id(p) for g in groups if g["weight_decay"] for p in g["params"]}
+    assert not decayed & {id(p) for p in vitprune.get_adapter(model).no_decay_parameters()}
+    assert all(p.ndim > 1 for p in model.parameters() if id(p) in decayed)

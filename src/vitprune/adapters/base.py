@@ -341,6 +341,14 @@ class ViTAdapter(ABC):
     def token_parameters(self) -> list[nn.Parameter]:
         """The learned tokens and position embedding added to the stream, each ``(1, tokens, embed_dim)``."""
 
+    def no_decay_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained without weight decay besides the 1-D ones (timm's convention): the learned tokens and
+        position embedding, and what the model's own ``no_weight_decay`` names (Swin's bias tables)."""
+        named = getattr(self.model, "no_weight_decay", None)
+        names = set(named()) if callable(named) else set()
+        found = [*self.token_parameters(), *(p for n, p in self.model.named_parameters() if n in names)]
+        return list({id(p): p for p in found}.values())
+
     @abstractmethod
     def classifier_heads(self) -> list[nn.Module]:
         """The classification heads (two for distilled DeiT, none after ``reset_classifier(0)``)."""

@@ -16,6 +16,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import numpy as np
@@ -93,12 +94,23 @@ class TrainConfig:
             (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),
         ])
 
+    @property
+    def mixes(self) -> bool:
+        """Whether batches are mixed (mixup or cutmix)."""
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+    def label_loss(self) -> nn.CrossEntropyLoss:
+        """Cross-entropy on the labels, smoothed once: by ``label_smoothing``, or not at all where mixup/cutmix are on,
+        since timm's Mixup already folds the smoothing into the soft targets it returns."""
+        return nn.CrossEntropyLoss(label_smoothing=0.0 if self.mixes else self.label_smoothing)
+
 
 class TrainHooks:
     """Extension points for methods; every default does nothing."""
 
     def param_groups(self, model: nn.Module, config: TrainConfig) -> list[dict] | None:
-        """Custom optimizer parameter groups (each may set its own ``lr``), or ``None`` for timm's default."""
+        """Custom optimizer parameter groups (each may set its own ``lr``), or ``None`` for
+        :func:`weight_decay_groups`."""
         return None
 
     def on_step_start(self, trainer: Trainer) -> None:
@@ -119,12 +131,30 @@ class TrainHooks:
         """Restore what :meth:`state_dict` returned."""
 
 
-class _Supervised(nn.Module):
-    """Cross-entropy with label smoothing in the engine's ``criterion(images, outputs, targets)`` form."""
+def weight_decay_groups(model: nn.Module, weight_decay: float,
+                        exclude: Iterable[nn.Parameter] = ()) -> list[dict[str, Any]]:
+    """The trainable parameters in timm's two groups: no weight decay on 1-D parameters (norms, biases, LayerScale,
+    gates and importance scores) and on the adapter's :meth:`~vitprune.adapters.ViTAdapter.no_decay_parameters`
+    (learned tokens, position embeddings, Swin's bias tables); ``weight_decay`` on the rest. ``exclude`` leaves
+    parameters out (a method's own groups)."""
+    adapter = find_adapter(model)
+    skip = {id(p) for p in exclude}
+    no_decay_ids = {id(p) for p in adapter.no_decay_parameters()} if adapter is not None else set()
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if not param.requires_grad or id(param) in skip:
+            continue
+        (no_decay if param.ndim <= 1 or id(param) in no_decay_ids else decay).append(param)
+    return [{"params": no_decay, "weight_decay": 0.0}, {"params": decay, "weight_decay": weight_decay}]
 
-    def __init__(self, label_smoothing: float) -> None:
+
+class _Supervised(nn.Module):
+    """The labels' cross-entropy (:meth:`TrainConfig.label_loss`) in the engine's ``criterion(images, outputs, targets)``
+    form."""
+
+    def __init__(self, ce: nn.CrossEntropyLoss) -> None:
         super().__init__()
-        self.ce = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.ce = ce
 
     def forward(self, images: torch.Tensor, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
         return self.ce(_logits(outputs), targets)
@@ -151,8 +181,7 @@ class Trainer:
         self.model, self.config = model.to(self.device), config
         self.net = wrap_model(model, self.dist)
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        smoothing = 0.0 if config.mixup_alpha > 0 or config.cutmix_alpha > 0 else config.label_smoothing
-        self.criterion = criterion if criterion is not None else _Supervised(smoothing)
+        self.criterion = criterion if criterion is not None else _Supervised(config.label_loss())
         self.hooks = hooks or TrainHooks()
         self.val_set = val_set
         self.sampler = ResumableSampler(len(train_set), shuffle=True, seed=config.seed, rank=self.dist.rank,
@@ -161,7 +190,7 @@ class Trainer:
         # timm's Mixup mixes within a batch and folds label smoothing into the soft targets it returns.
         self.mixup = Mixup(mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
                            label_smoothing=config.label_smoothing, num_classes=_num_classes(model)) \
-            if config.mixup_alpha > 0 or config.cutmix_alpha > 0 else None
+            if config.mixes else None
         if self.mixup is not None and self.local_batch % 2:
             raise VitpruneError(f"mixup/cutmix need an even batch per process, got {self.local_batch}")
         # Its own generator: creating an iterator would otherwise draw from the global RNG that resuming restores.
@@ -170,8 +199,10 @@ class Trainer:
         self.batches_per_epoch = len(self.loader)
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / config.accum_steps)
         groups = self.hooks.param_groups(model, config)
-        self.optimizer = create_optimizer_v2(groups if groups is not None else model, config.optimizer, lr=config.lr,
-                                             weight_decay=config.weight_decay, momentum=config.momentum)
+        self.optimizer = create_optimizer_v2(groups if groups is not None else weight_decay_groups(model,
+                                                                                                  config.weight_decay),
+                                             config.optimizer, lr=config.lr, weight_decay=config.weight_decay,
+                                             momentum=config.momentum)
         self.scheduler = CosineLRScheduler(
             self.optimizer, t_initial=config.epochs * self.steps_per_epoch,
             warmup_t=round(config.warmup_epochs * self.steps_per_epoch), warmup_lr_init=config.lr * 1e-3,

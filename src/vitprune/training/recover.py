@@ -54,7 +54,7 @@ def finetune_pruned(student: nn.Module, train_set: Dataset, val_set: Dataset | N
             raise VitpruneError(f"{distill} distillation needs a teacher model")
         use_distillation_head(student, distill)
         teacher = make_teacher(teacher).to(dist.device)
-        criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=config.label_smoothing), teacher,
+        criterion = DistillationLoss(config.label_loss(), teacher,
                                      kind=distill, alpha=alpha, tau=tau)
     trainer = Trainer(student, train_set, config, run_dir=run_dir, criterion=criterion, val_set=val_set, dist=dist)
     trainer.start(resume=resume)

@@ -35,7 +35,7 @@ from vitprune.measure import count_macs, format_count
 from vitprune.methods.hiap.cost import COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
 from vitprune.methods.hiap.gated import GatedForward
 from vitprune.methods.hiap.gates import HiAPGates, temperature
-from vitprune.training import TrainConfig, Trainer, TrainHooks
+from vitprune.training import TrainConfig, Trainer, TrainHooks, weight_decay_groups
 from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
 from vitprune.training.progress import training_progress
 
@@ -211,10 +211,8 @@ class HiAPTraining(TrainHooks):
         self._pre_hook.remove()
 
     def param_groups(self, model: nn.Module, config: TrainConfig) -> list[dict]:
-        gate_ids = {id(p) for p in self.gates.parameters()}
-        weights = [p for p in model.parameters() if id(p) not in gate_ids and p.requires_grad]
-        return [{"params": weights}, {"params": list(self.gates.parameters()), "lr": self.gate_lr,
-                                      "weight_decay": 0.0}]
+        return [*weight_decay_groups(model, config.weight_decay, exclude=self.gates.parameters()),
+                {"params": list(self.gates.parameters()), "lr": self.gate_lr, "weight_decay": 0.0}]
 
     def on_step_start(self, trainer: Trainer) -> None:
         total = trainer.config.epochs * trainer.steps_per_epoch
@@ -286,7 +284,7 @@ def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train:
                          gate_lr=config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train))
     model.add_module(GATES_ATTR, gates)
     use_distillation_head(model, "soft")
-    criterion = DistillationLoss(nn.CrossEntropyLoss(label_smoothing=train.label_smoothing), teacher, kind="soft",
+    criterion = DistillationLoss(train.label_loss(), teacher, kind="soft",
                                  alpha=config.kd_alpha, tau=config.kd_tau, per_image=True)
     try:
         trainer = Trainer(model, train_set, train, run_dir=run_dir, criterion=criterion, hooks=hooks, val_set=val_set,
