@@ -15,6 +15,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs, flop_counter_macs, value_padding_macs
 from vitprune.methods.hiap import GatedForward, HiAPGates, dense_cost, gate_cost, layer_shapes
 from vitprune.methods.hiap.extract import extract
+from vitprune.methods.hiap.search import fixed_macs, hardened_macs, layer_summary
 
 
 def _setting(name, kwargs, seed=0):
@@ -92,6 +93,21 @@ def test_extracted_model_saves_and_loads(tmp_path, name, kwargs):
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
     assert "prune_attention_dims" in {e.op for e in vitprune.get_recipe(loaded).edits}
+
+
+def test_a_head_whose_value_dims_are_all_closed_costs_nothing():
+    """Extraction removes an open head that keeps no value dimension, so the hardened cost (what the budget search
+    and the report use) must not count its Q and K either."""
+    model = tracked("deit_tiny_patch16_224", {"depth": 2})
+    gates = HiAPGates(layer_shapes(model))
+    with torch.no_grad():
+        gates.dim[0][1] = -1.0  # head 1 of block 0: gate open, every value dimension closed
+    fixed = fixed_macs(model)
+    small = copy.deepcopy(model)
+    kept = extract(small, gates)
+    assert kept[0]["heads"] == [0, 2]
+    assert hardened_macs(gates, fixed) == count_macs(small).macs
+    assert layer_summary(gates)[0]["heads"] == 2
 
 
 #: Families that gate less: Swin's heads are gated whole (its window attention runs one value width), ConvNeXt has no

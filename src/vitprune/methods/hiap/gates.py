@@ -100,5 +100,8 @@ class HiAPGates(nn.Module):
                 for name in FAMILIES}
 
     def hardened(self, threshold: float = 0.0) -> dict[str, list[torch.Tensor]]:
-        """The deterministic gates ``1[α > threshold]`` (float); the paper's 0 is ``σ(α) > 0.5``."""
-        return {name: [(a.detach() > threshold).float() for a in self.family(name)] for name in FAMILIES}
+        """The deterministic gates ``1[α > threshold]`` (float); the paper's 0 is ``σ(α) > 0.5``. A head whose value
+        dimensions are all closed is closed too: extraction removes it, so it costs nothing (not even its Q and K)."""
+        hard = {name: [(a.detach() > threshold).float() for a in self.family(name)] for name in FAMILIES}
+        hard["head"] = [head * dim.amax(dim=1) if dim.numel() else head for head, dim in zip(hard["head"], hard["dim"])]
+        return hard
