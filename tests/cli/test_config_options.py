@@ -142,7 +142,7 @@ def test_hetdpt_options_change_the_preset_as_configure_does(capsys, received):
                          output_gelu=True, min_per_type=1, probe_epochs=2, search_epochs=5)
     assert received["config"] == expected
     assert (expected.finetune.epochs, expected.search.epochs, expected.probe.epochs, expected.probe.batch_size,
-            expected.finetune.lr, expected.search.lr) == (3, 5, 2, 32, 1e-3, preset("digits").search.lr)
+            expected.finetune.lr, expected.search.lr) == (3, 5, 2, 32, 1e-3, preset("digits").search.lr * 32 / 64)
 
 
 def test_hetdpt_plus_options_build_the_api_chain(capsys, received):

@@ -15,8 +15,8 @@ from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.chain import (
-    CHAIN_FILE, METHODS, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, Step, hetdpt_plus_steps, load_chain, parse_chain,
-    run_chain,
+    CHAIN_FILE, METHODS, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, Step, check_chain, hetdpt_plus_steps, load_chain,
+    parse_chain, run_chain,
 )
 from vitprune.surgery import prune_depth, token_pruning_blocks
 
@@ -214,3 +214,12 @@ def test_a_step_the_family_cannot_take_is_refused_before_any_step_runs(tmp_path)
                                                            "vitprune cannot do on timm-convnext models"):
         run_chain(model, None, None, steps, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_steps_batch_scales_its_presets_learning_rate():
+    """A step that sets its batch but not its lr gets its preset's lr scaled with the batch (HiAP's 5e-5 is for batch
+    256); an lr given is kept."""
+    (train, _), = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64}]))
+    assert train.batch_size == 64 and train.lr == pytest.approx(5e-5 * 64 / 256)
+    (train, _), = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64, "lr": 1e-3}]))
+    assert train.lr == 1e-3

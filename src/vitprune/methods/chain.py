@@ -43,6 +43,7 @@ from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.methods.vbp.pipeline import REQUIRES as VBP_REQUIRES
 from vitprune.recipe import RUN_MODEL_DIR, load, save
 from vitprune.training import DistillConfig, TrainConfig, evaluate, finetune_pruned
+from vitprune.training.engine import scaled_lr
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR = "chain.json", "steps", "step.json", RUN_MODEL_DIR
 
@@ -272,6 +273,9 @@ def _build(cls: type, settings: dict[str, Any], method: str, *, fixed: dict[str,
     fixed = fixed or {}
     _check_known(settings, {f.name for f in fields(cls)} - set(fixed), method)
     given = {**(defaults or {}), **settings, **fixed}
+    if cls is TrainConfig and defaults and {"lr", "batch_size"} <= defaults.keys() and "batch_size" in settings \
+            and "lr" not in settings:  # a preset's lr is for its batch: it scales with the batch (at_batch)
+        given["lr"] = scaled_lr(defaults["lr"], defaults["batch_size"], settings["batch_size"])
     missing = [f.name for f in fields(cls) if f.name not in given and f.default is MISSING
                and f.default_factory is MISSING]
     if missing:

@@ -14,7 +14,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -94,6 +94,11 @@ class TrainConfig:
             (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),
         ])
 
+    def at_batch(self, batch_size: int) -> TrainConfig:
+        """This run at another global batch, its peak learning rate scaled with it (DeiT's and the papers' rule,
+        ``lr = base_lr · batch / 512``: presets state the lr for their own batch)."""
+        return replace(self, batch_size=batch_size, lr=scaled_lr(self.lr, self.batch_size, batch_size))
+
     @property
     def mixes(self) -> bool:
         """Whether batches are mixed (mixup or cutmix)."""
@@ -129,6 +134,11 @@ class TrainHooks:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+
+def scaled_lr(lr: float, batch_size: int, new_batch_size: int) -> float:
+    """A learning rate set for ``batch_size``, at ``new_batch_size``: linear in the global batch (DeiT's rule)."""
+    return lr * new_batch_size / batch_size
 
 
 def weight_decay_groups(model: nn.Module, weight_decay: float,

@@ -121,3 +121,17 @@ def test_split_and_configure_parse_the_command_line():
     assert config.distill == "hard" and config.shortlist == 4 and config.search.epochs == preset("digits").search.epochs
     with pytest.raises(VitpruneError, match="unknown HetDPT preset 'cifar'"):
         preset("cifar")
+
+
+def test_a_new_batch_scales_each_stages_learning_rate():
+    """Presets give each stage's lr for its own global batch (lr = 5e-5 · batch / 512, DeiT's rule): another batch
+    scales it, unless an lr is given; the run report holds the scaled values (its config)."""
+    imagenet = preset("imagenet")
+    config = configure("imagenet", batch_size=1024)
+    assert imagenet.finetune.lr == pytest.approx(5e-5 * 4096 / 512)
+    assert config.probe.lr == pytest.approx(5e-5 * 1024 / 512) == config.search.lr
+    assert config.finetune.lr == pytest.approx(imagenet.finetune.lr * 1024 / 4096)
+    given = configure("imagenet", batch_size=1024, lr=3e-4)
+    assert given.finetune.lr == 3e-4 and given.probe.lr == config.probe.lr
+    assert configure("imagenet").finetune.lr == imagenet.finetune.lr
+    assert config.to_dict()["finetune"]["lr"] == config.finetune.lr

@@ -164,18 +164,22 @@ class StageOverrides:
     epochs: int | None = setting(None, min=1, help="Stage-2 fine-tuning epochs.")
     search_epochs: int | None = setting(None, min=1, help="Step-2 importance epochs.")
     probe_epochs: int | None = setting(None, min=1, help="Fast fine-tune epochs per predictor point.")
-    lr: float | None = setting(None, help="Stage-2 peak learning rate.")
-    batch_size: int | None = setting(None, short="-b", min=1, help="Batch for every stage.")
+    lr: float | None = setting(None, help="Stage-2 peak learning rate (default: the preset's, scaled with the batch).")
+    batch_size: int | None = setting(None, short="-b", min=1,
+                                     help="Global batch for every stage; each stage's lr scales with it.")
 
     def apply(self, config: HetDPTConfig) -> HetDPTConfig:
-        """``config`` with these changes."""
+        """``config`` with these changes; a new batch scales each stage's lr (:meth:`TrainConfig.at_batch`)
+        unless an lr is given."""
         stages = {"probe": config.probe, "search": config.search, "finetune": config.finetune}
         changes = {"probe": {"epochs": self.probe_epochs}, "search": {"epochs": self.search_epochs},
                    "finetune": {"epochs": self.epochs, "lr": self.lr}}
         for stage, train in stages.items():
-            given = {k: v for k, v in {**changes[stage], "batch_size": self.batch_size}.items() if v is not None}
-            if train is not None and given:
-                stages[stage] = replace(train, **given)
+            if train is None:
+                continue
+            if self.batch_size is not None:
+                train = train.at_batch(self.batch_size)
+            stages[stage] = replace(train, **{k: v for k, v in changes[stage].items() if v is not None})
         return replace(config, **stages)
 
 
