@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -41,6 +44,9 @@ def test_interleaved_order_starts_with_the_larger_target():
 def test_default_milestones_spread_over_the_first_part_of_the_run():
     assert default_milestones(4, 100) == [12, 25, 38, 50]
     assert default_milestones(3, 2) == [1, 1, 1]
+    # After the warm-up: the first removal comes once the learning rate has reached its peak.
+    assert default_milestones(4, 100, warmup_steps=20) == [30, 40, 50, 60]
+    assert min(default_milestones(2, 10, warmup_steps=10)) >= 10
     with pytest.raises(VitpruneError, match="prune_fraction"):
         default_milestones(3, 10, prune_fraction=0)
 
@@ -94,3 +100,13 @@ def test_late_milestones_still_reach_the_target(small):
     assert [h["step"] for h in selection.history] == [23, 23]
     with pytest.raises(VitpruneError, match="give 2 milestones in increasing order"):
         select_layers(model, train, CONFIG, attention=1, activation=1, milestones=[5])
+
+
+def test_no_layer_goes_during_the_warm_up(small):
+    """Default milestones start after the warm-up: a removal while the learning rate is still rising would judge
+    layers by importance scores that have barely moved."""
+    model, train = small
+    config = replace(CONFIG, epochs=2, warmup_epochs=1)
+    selection = select_layers(model, train, config, attention=1, activation=1)
+    warmup = math.ceil(len(train) / config.batch_size)  # one epoch of steps
+    assert all(h["step"] > warmup for h in selection.history)

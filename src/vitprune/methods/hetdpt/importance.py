@@ -58,11 +58,14 @@ def interleaved_order(attention: int, activation: int) -> list[str]:
     return order
 
 
-def default_milestones(removals: int, total_steps: int, prune_fraction: float = 0.5) -> list[int]:
-    """Steps at which to remove a layer: evenly over the first ``prune_fraction`` of the run, at step 1 or later."""
+def default_milestones(removals: int, total_steps: int, prune_fraction: float = 0.5,
+                       warmup_steps: int = 0) -> list[int]:
+    """Steps at which to remove a layer: evenly over the first ``prune_fraction`` of the run after its
+    ``warmup_steps`` (no layer goes while the learning rate is still warming up), at step 1 or later."""
     if not 0 < prune_fraction <= 1:
         raise VitpruneError(f"prune_fraction must be in (0, 1], got {prune_fraction}")
-    return [max(1, round(total_steps * prune_fraction * (i + 1) / removals)) for i in range(removals)]
+    span = max(0, total_steps - warmup_steps) * prune_fraction
+    return [max(1, warmup_steps + round(span * (i + 1) / removals)) for i in range(removals)]
 
 
 class _ProgressiveRemoval(TrainHooks):
@@ -76,8 +79,9 @@ class _ProgressiveRemoval(TrainHooks):
 
     def on_step_start(self, trainer: Trainer) -> None:
         if self.milestones is None:
-            total = trainer.config.epochs * trainer.steps_per_epoch
-            self.milestones = default_milestones(len(self.order), total, self.prune_fraction)
+            config, per_epoch = trainer.config, trainer.steps_per_epoch
+            self.milestones = default_milestones(len(self.order), config.epochs * per_epoch, self.prune_fraction,
+                                                 warmup_steps=round(config.warmup_epochs * per_epoch))
         while len(self.history) < len(self.order) and trainer.step >= self.milestones[len(self.history)]:
             self.remove(trainer.step)
 
