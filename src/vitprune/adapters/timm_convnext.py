@@ -17,19 +17,16 @@ norm, which makes the mean shift inexact, is refused.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
-from timm.data import resolve_model_data_config
 from timm.layers import LayerNorm2d, Mlp
 from timm.models.convnext import ConvNeXt, ConvNeXtBlock
 from torch import nn
 
-from vitprune.adapters.base import BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import BlockView, MlpView
 from vitprune.adapters.channels import reject, unwrap
-from vitprune.adapters.timm_vit import (check_mlp, merge_mlp_linear, set_mlp_activation, set_mlp_linears,
-                                        timm_data_config)
-from vitprune.errors import UnsupportedArchitectureError
+from vitprune.adapters.timm_staged import TimmStagedAdapter
+from vitprune.adapters.timm_vit import check_mlp, merge_mlp_linear
 
 
 def _pointwise_linear(conv: nn.Conv2d) -> nn.Linear:
@@ -76,13 +73,15 @@ class LayerScaleView(nn.Module):
         return x * self.gamma
 
 
-class ConvNeXtAdapter(ViTAdapter):
+class ConvNeXtAdapter(TimmStagedAdapter):
     """timm ``ConvNeXt`` whose blocks are ``ConvNeXtBlock`` with timm's channels-last Linear MLP."""
 
     family = "timm-convnext"
     capabilities = frozenset({"activation_removal", "ffn_width", "gates"})
     family_modules = ("timm.models.convnext", "vitprune.adapters.timm_convnext")
     family_attributes = frozenset({"stages", "conv_dw", "use_conv_mlp", "norm_pre"})
+    stages_attribute = "stages"
+    width_changes = "it changes stage by stage"
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -119,10 +118,6 @@ class ConvNeXtAdapter(ViTAdapter):
         return {key: value.flatten(1) if value.dim() == 4 and key in own and own[key].dim() == 2
                 and value.shape[2:] == (1, 1) else value for key, value in state.items()}
 
-    def _blocks(self) -> list[tuple[str, nn.Module]]:
-        return [(f"stages.{s}.blocks.{j}", block) for s, stage in enumerate(self.model.stages)
-                for j, block in enumerate(stage.blocks)]
-
     def blocks(self) -> list[BlockView]:
         views = []
         for index, (name, block) in enumerate(self._blocks()):
@@ -137,40 +132,9 @@ class ConvNeXtAdapter(ViTAdapter):
                 drop_path2=block.drop_path, act=nn.Identity()))
         return views
 
-    def _block(self, index: int) -> nn.Module:
-        return self._blocks()[index][1]
-
-    @staticmethod
-    def _lacks(what: str) -> UnsupportedArchitectureError:
-        return UnsupportedArchitectureError(f"timm-convnext models have no {what}")
-
-    @property
-    def embed_dim(self) -> int:
-        raise self._lacks("single embedding width: it changes stage by stage")
-
-    @property
-    def num_prefix_tokens(self) -> int:
-        return 0
-
     @property
     def grid_size(self) -> tuple[int, int]:
         raise self._lacks("tokens")
-
-    @property
-    def input_size(self) -> tuple[int, int, int]:
-        return tuple(resolve_model_data_config(self.model)["input_size"])
-
-    @property
-    def num_classes(self) -> int:
-        return self.model.num_classes
-
-    @property
-    def data_config(self) -> dict[str, Any] | None:
-        return timm_data_config(self.model)
-
-    @property
-    def num_features(self) -> int:
-        return self.model.num_features
 
     def block_tokens(self, x: torch.Tensor) -> int:
         return x.shape[-2] * x.shape[-1]  # channels-first (B, C, H, W)
@@ -182,40 +146,18 @@ class ConvNeXtAdapter(ViTAdapter):
         raise self._lacks("tokens")
 
     @property
-    def pools_class_token(self) -> bool:
-        return False
-
-    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
-
-    @property
     def stem(self) -> nn.Module:
         return self.model.stem[0]
 
-    def token_parameters(self) -> list[nn.Parameter]:
-        return []
-
-    def classifier_heads(self) -> list[nn.Module]:
-        fc = getattr(self.model.head, "fc", None)
-        return [fc] if isinstance(fc, nn.Linear) else []
-
-    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-        name, block = self._blocks()[index]
-        set_mlp_linears(block.mlp, f"{name}.mlp", fc1, fc2)
-
     def merge_mlp(self, index: int, linear: nn.Linear) -> None:
-        block = self._block(index)
+        _, block = self._block(index)
         merge_mlp_linear(block.mlp, linear)
         block.gamma = None  # inside `linear` now
 
     def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
         if position != 2:
             raise ValueError(f"block {index} has only the norm before its MLP (position 2), not position {position}")
-        self._block(index).norm = norm
-
-    def set_activation(self, index: int, act: nn.Module) -> None:
-        name, block = self._blocks()[index]
-        set_mlp_activation(block.mlp, f"{name}.mlp", act)
+        self._block(index)[1].norm = norm
 
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
                       head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
@@ -232,9 +174,6 @@ class ConvNeXtAdapter(ViTAdapter):
 
     def set_output_activation(self, index: int, act: nn.Module) -> None:
         raise self._lacks("output activation to set: its blocks keep their form")
-
-    def prune_embed_dims(self, keep: list[int]) -> None:
-        raise self._lacks("single embedding width: it changes stage by stage")
 
     def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         raise self._lacks("tokens")

@@ -18,22 +18,15 @@ widths (so HiAP does not gate value dimensions) are refused in one line.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
-from timm.data import resolve_model_data_config
 from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock, WindowAttention
 from torch import nn
 
-from vitprune.adapters.base import QKV, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import QKV, AttentionView, BlockView, MlpView
 from vitprune.adapters.channels import reject, slice_parameter, unwrap
-from vitprune.adapters.timm_vit import (
-    check_mlp,
-    merge_mlp_linear,
-    set_mlp_activation,
-    set_mlp_linears,
-    timm_data_config,
-)
+from vitprune.adapters.timm_staged import TimmStagedAdapter
+from vitprune.adapters.timm_vit import check_mlp, merge_mlp_linear, set_prenorm
 from vitprune.errors import UnsupportedArchitectureError
 
 
@@ -82,7 +75,7 @@ def _check_attention(path: str, attn: nn.Module | None) -> None:
         raise reject(path, attn, "only timm's WindowAttention is supported")
 
 
-class SwinAdapter(ViTAdapter):
+class SwinAdapter(TimmStagedAdapter):
     """timm ``SwinTransformer`` whose blocks are ``SwinTransformerBlock`` (or what depth surgery leaves of one)."""
 
     family = "timm-swin"
@@ -90,6 +83,8 @@ class SwinAdapter(ViTAdapter):
     family_modules = ("timm.models.swin_transformer", "vitprune.adapters.timm_swin")
     family_attributes = frozenset({"relative_position_bias_table", "relative_position_index", "downsample",
                                    "shift_size", "window_area", "input_resolution", "reduction"})
+    stages_attribute = "layers"
+    width_changes = "patch merging doubles it stage by stage"
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -112,16 +107,6 @@ class SwinAdapter(ViTAdapter):
             raise UnsupportedArchitectureError(f"{exc}: Swin has no [CLS] token to rank tokens by (it averages its "
                                                "last stage's tokens)") from None
 
-    def _blocks(self) -> list[tuple[str, nn.Module]]:
-        return [(f"layers.{s}.blocks.{j}", block) for s, stage in enumerate(self.model.layers)
-                for j, block in enumerate(stage.blocks)]
-
-    def _block(self, index: int) -> tuple[str, nn.Module]:
-        blocks = self._blocks()
-        if not 0 <= index < len(blocks):
-            raise IndexError(f"block {index} out of range: the model has {len(blocks)} blocks")
-        return blocks[index]
-
     def blocks(self) -> list[BlockView]:
         views = []
         for index, (name, block) in enumerate(self._blocks()):
@@ -143,37 +128,9 @@ class SwinAdapter(ViTAdapter):
                 act=block.act if isinstance(block, SwinDepthBlock) else nn.Identity()))
         return views
 
-    @staticmethod
-    def _lacks(what: str) -> UnsupportedArchitectureError:
-        return UnsupportedArchitectureError(f"timm-swin models have no {what}")
-
-    @property
-    def embed_dim(self) -> int:
-        raise self._lacks("single embedding width: patch merging doubles it stage by stage")
-
-    @property
-    def num_prefix_tokens(self) -> int:
-        return 0
-
     @property
     def grid_size(self) -> tuple[int, int]:
         raise self._lacks("single token grid: patch merging halves it stage by stage")
-
-    @property
-    def input_size(self) -> tuple[int, int, int]:
-        return tuple(resolve_model_data_config(self.model)["input_size"])
-
-    @property
-    def num_classes(self) -> int:
-        return self.model.num_classes
-
-    @property
-    def data_config(self) -> dict[str, Any] | None:
-        return timm_data_config(self.model)
-
-    @property
-    def num_features(self) -> int:
-        return self.model.num_features
 
     def block_tokens(self, x: torch.Tensor) -> int:
         return x.shape[1] * x.shape[2]  # channels-last (B, H, W, C)
@@ -185,13 +142,6 @@ class SwinAdapter(ViTAdapter):
         raise self._lacks("single token sequence: patch merging runs between its stages")
 
     @property
-    def pools_class_token(self) -> bool:
-        return False
-
-    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
-
-    @property
     def stem(self) -> nn.Module:
         return self.model.patch_embed.proj
 
@@ -200,26 +150,14 @@ class SwinAdapter(ViTAdapter):
         return [self.stem, *(stage.downsample.reduction for stage in self.model.layers
                              if not isinstance(stage.downsample, nn.Identity))]
 
-    def token_parameters(self) -> list[nn.Parameter]:
-        return []
-
-    def classifier_heads(self) -> list[nn.Module]:
-        fc = getattr(self.model.head, "fc", None)
-        return [fc] if isinstance(fc, nn.Linear) else []
-
     def _depth_block(self, index: int) -> SwinDepthBlock:
         """Block ``index`` as a :class:`SwinDepthBlock`, converting timm's block in place."""
-        _, block = self._block(index)
+        name, block = self._block(index)
         if isinstance(block, SwinDepthBlock):
             return block
-        stage, j = self._position(index)
-        new = self.model.layers[stage].blocks[j] = SwinDepthBlock(block)
+        stage, _, j = name.rpartition(".")
+        new = self.model.get_submodule(stage)[int(j)] = SwinDepthBlock(block)
         return new
-
-    def _position(self, index: int) -> tuple[int, int]:
-        name, _ = self._block(index)
-        _, stage, _, j = name.split(".")
-        return int(stage), int(j)
 
     def _attention(self, index: int) -> WindowAttention:
         name, block = self._block(index)
@@ -250,10 +188,6 @@ class SwinAdapter(ViTAdapter):
         if head_dim != old_dim:
             attn.scale = head_dim ** -0.5
 
-    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-        name, block = self._block(index)
-        set_mlp_linears(block.mlp, f"{name}.mlp", fc1, fc2)
-
     def merge_mlp(self, index: int, linear: nn.Linear) -> None:
         merge_mlp_linear(self._block(index)[1].mlp, linear)
 
@@ -266,12 +200,7 @@ class SwinAdapter(ViTAdapter):
             block.drop_path1 = None
 
     def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
-        if position not in (1, 2):
-            raise ValueError(f"norm position must be 1 or 2, got {position}")
-        name, block = self._block(index)
-        if getattr(block, f"norm{position}") is None:
-            raise ValueError(f"{name} has no norm{position}")
-        setattr(block, f"norm{position}", norm)
+        set_prenorm(*self._block(index), position, norm)
 
     def set_output_activation(self, index: int, act: nn.Module) -> None:
         self._depth_block(index).act = act
@@ -285,13 +214,6 @@ class SwinAdapter(ViTAdapter):
 
     def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
         raise self._lacks("heads of uneven value widths: its window attention runs every head at one width")
-
-    def set_activation(self, index: int, act: nn.Module) -> None:
-        name, block = self._block(index)
-        set_mlp_activation(block.mlp, f"{name}.mlp", act)
-
-    def prune_embed_dims(self, keep: list[int]) -> None:
-        raise self._lacks("single embedding width: patch merging doubles it stage by stage")
 
     def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         raise self._lacks("[CLS] token to rank its tokens by")

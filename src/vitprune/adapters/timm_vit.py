@@ -73,6 +73,16 @@ def set_mlp_activation(mlp: nn.Module, path: str, act: nn.Module) -> None:
     mlp.act = act
 
 
+def set_prenorm(path: str, block: nn.Module, position: int, norm: nn.Module) -> None:
+    """Install ``norm`` as ``norm1`` (``position=1``) or ``norm2`` of the pre-norm block at ``path``, which must have
+    that norm (a removed attention may have left none)."""
+    if position not in (1, 2):
+        raise ValueError(f"norm position must be 1 or 2, got {position}")
+    if getattr(block, f"norm{position}") is None:
+        raise ValueError(f"{path} has no norm{position}")
+    setattr(block, f"norm{position}", norm)
+
+
 def check_mlp(path: str, mlp: nn.Module) -> None:
     """Refuse an MLP other than timm's plain ``fc1 -> act -> fc2`` of Linears (or its merged form), in one line."""
     if type(mlp) is not Mlp:
@@ -271,12 +281,7 @@ class TimmViTAdapter(ViTAdapter):
             block.drop_path1 = None
 
     def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
-        if position not in (1, 2):
-            raise ValueError(f"norm position must be 1 or 2, got {position}")
-        block = self.model.blocks[index]
-        if getattr(block, f"norm{position}") is None:
-            raise ValueError(f"blocks.{index} has no norm{position}")
-        setattr(block, f"norm{position}", norm)
+        set_prenorm(f"blocks.{index}", self.model.blocks[index], position, norm)
 
     def set_output_activation(self, index: int, act: nn.Module) -> None:
         self._depth_block(index).act = act

@@ -1,0 +1,87 @@
+"""What timm's staged families (ConvNeXt, Swin) share: blocks in stages of their own widths, no prefix tokens, one
+pooled classifier head and timm's ``Mlp`` in every block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.data import resolve_model_data_config
+from torch import nn
+
+from vitprune.adapters.base import ViTAdapter
+from vitprune.adapters.timm_vit import set_mlp_activation, set_mlp_linears, timm_data_config
+from vitprune.errors import UnsupportedArchitectureError
+
+
+class TimmStagedAdapter(ViTAdapter):
+    """A timm model whose blocks sit in ``<stages>.S.blocks.J`` and whose stream changes width between stages."""
+
+    #: The model's attribute holding the stages (ConvNeXt's ``stages``, Swin's ``layers``).
+    stages_attribute: str = ""
+    #: Why the family has no single embedding width, as its refusals say.
+    width_changes: str = ""
+
+    def _blocks(self) -> list[tuple[str, nn.Module]]:
+        stages = getattr(self.model, self.stages_attribute)
+        return [(f"{self.stages_attribute}.{s}.blocks.{j}", block) for s, stage in enumerate(stages)
+                for j, block in enumerate(stage.blocks)]
+
+    def _block(self, index: int) -> tuple[str, nn.Module]:
+        """Block ``index``'s path and module."""
+        blocks = self._blocks()
+        if not 0 <= index < len(blocks):
+            raise IndexError(f"block {index} out of range: the model has {len(blocks)} blocks")
+        return blocks[index]
+
+    def _lacks(self, what: str) -> UnsupportedArchitectureError:
+        return UnsupportedArchitectureError(f"{self.family} models have no {what}")
+
+    @property
+    def embed_dim(self) -> int:
+        raise self._lacks(f"single embedding width: {self.width_changes}")
+
+    def prune_embed_dims(self, keep: list[int]) -> None:
+        raise self._lacks(f"single embedding width: {self.width_changes}")
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 0
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        return tuple(resolve_model_data_config(self.model)["input_size"])
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        return timm_data_config(self.model)
+
+    @property
+    def num_features(self) -> int:
+        return self.model.num_features
+
+    @property
+    def pools_class_token(self) -> bool:
+        return False
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+
+    def token_parameters(self) -> list[nn.Parameter]:
+        return []
+
+    def classifier_heads(self) -> list[nn.Module]:
+        fc = getattr(self.model.head, "fc", None)
+        return [fc] if isinstance(fc, nn.Linear) else []
+
+    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
+        name, block = self._block(index)
+        set_mlp_linears(block.mlp, f"{name}.mlp", fc1, fc2)
+
+    def set_activation(self, index: int, act: nn.Module) -> None:
+        name, block = self._block(index)
+        set_mlp_activation(block.mlp, f"{name}.mlp", act)
