@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 # Tests never reach the network: huggingface_hub reads this when first imported (by timm), so set it first.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -183,6 +185,14 @@ def save_hf(directory: Path, architecture: str, config: dict, seed: int = 0) -> 
     torch.manual_seed(seed)
     cls(cls.config_class(architectures=[architecture], **config)).save_pretrained(directory)
     return directory
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` as a module; the scripts import their siblings, so ``benchmarks/`` is on the
+    path while it is imported."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        return importlib.import_module(name)
 
 
 def shallow(name: str, kwargs: dict, blocks: int) -> dict:

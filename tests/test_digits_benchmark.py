@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def digits() -> ModuleType:
-    """The script as a module; the scripts import their siblings, so ``benchmarks/`` goes on the path first."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        return importlib.import_module("digits")
+    return benchmark_module("digits")
 
 
 def _row(label: str, family: str, pruned: float, tuned: float, macs: int, speedup: float, tokens: list[int],

@@ -3,20 +3,16 @@ the implementation notes' derived counts, and the page it writes; DeiT-B is neve
 
 from __future__ import annotations
 
-import importlib
 import json
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def pt() -> ModuleType:
-    """The script as a module; the scripts import their siblings, so ``benchmarks/`` goes on the path first."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        return importlib.import_module("paper_tables")
+    return benchmark_module("paper_tables")
 
 
 def _ours(params: int, full: int, linear: int) -> dict[str, int]:

@@ -4,12 +4,10 @@ produced them."""
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import CONVNEXT_TINY, SWIN_TINY, tracked
+from conftest import CONVNEXT_TINY, SWIN_TINY, benchmark_module, tracked
 
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_mlp_neurons
@@ -17,9 +15,7 @@ from vitprune.surgery import prune_mlp_neurons
 
 @pytest.fixture(scope="module")
 def st() -> ModuleType:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        return importlib.import_module("stage_splits")
+    return benchmark_module("stage_splits")
 
 
 @pytest.fixture(scope="module")

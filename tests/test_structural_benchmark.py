@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from conftest import benchmark_module
 
 import vitprune
 from vitprune.measure import collect_context, count_macs
@@ -15,10 +14,7 @@ from vitprune.measure import collect_context, count_macs
 
 @pytest.fixture(scope="module")
 def structural() -> ModuleType:
-    """The script as a module; the scripts import their siblings, so ``benchmarks/`` goes on the path first."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-        return importlib.import_module("structural")
+    return benchmark_module("structural")
 
 
 @pytest.fixture(scope="module")
