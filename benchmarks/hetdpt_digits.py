@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # One HetDPT run at the largest budget fits the predictor (its sweeps cover that budget) and times the stages.
         reference = run_hetdpt(model, train, val, budget=max(args.budgets), run_dir=Path(tmp) / "hetdpt",
-                               config=config, progress=sys.stderr.isatty(), log=print)
+                               config=config, calibration_set=plain_train, progress=sys.stderr.isatty(), log=print)
         fit = load_predictor(Path(tmp) / "hetdpt" / PREDICTOR_FILE)
         dense["top1"] = reference.top1["dense"]
         for budget in args.budgets:

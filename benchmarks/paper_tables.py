@@ -4,8 +4,10 @@ The four papers report parameter and MAC counts for their configurations, counte
 and conventions, sometimes on a different checkpoint than the one named. This script rebuilds every
 configuration a paper specifies from timm's DeiT/ViT, ConvNeXt and Swin (or vitprune's LV-ViT) with random weights
 (structure only, nothing is downloaded) with vitprune's own surgery, counts it with ``vitprune.measure.count_macs`` in
-both conventions, and sets the printed figures beside ours with the difference; each difference beyond the
-printed precision carries its explanation from the implementation notes (``notes/*.md``). What a paper
+every convention (full, linear and torch-pruning's ``tp``; HetDPT's depth rows also as HetDPT's own code ran
+torch-pruning's counter), and sets the printed figures beside ours with the difference, taken in the convention the
+paper's figure follows; each difference beyond the printed precision carries its explanation from the implementation
+notes (``notes/*.md``). What a paper
 prints but does not specify (learned architectures it does not print, other methods' results,
 architectures vitprune does not support) is listed with the printed figures and the reason.
 
@@ -13,7 +15,7 @@ HetDPT+'s width targets take a ~2 minute torch-pruning bisection, so their rows 
 ``<out-dir>/hetdpt_plus_budgets.json`` (``hetdpt_plus_budgets.py`` writes it) when it is there. Writes
 ``<out-dir>/paper_tables.json`` and ``.md``.
 
-    python benchmarks/paper_tables.py                  # about a minute on 2 CPU cores
+    python benchmarks/paper_tables.py                  # about a minute on 2 quiet CPU cores
     python benchmarks/paper_tables.py --out-dir /tmp/pt
 """
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch_pruning
 from depth_speed import CONFIGS as DEPTH_CONFIGS
 from hetdpt_plus_budgets import DEPTH as PLUS_DEPTH
 from hetdpt_plus_budgets import MODEL as PLUS_MODEL
@@ -35,11 +38,13 @@ from hetdpt_plus_budgets import PAPER as PLUS_PAPER
 from hiap_deit import PAPER as HIAP_PAPER
 from hiap_deit import described_gates
 from profile_deit import write_results
+from stage_splits import HETDPT_SWIN, SWIN, build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
 from star_deit import ACS_GAMMA, LVVIT, LVVIT_KWARGS, static_star
 from star_deit import DENSE as STAR_DENSE
 from star_deit import TABLE2 as STAR_TABLE2
-from stage_splits import HETDPT_SWIN, SWIN, build_split, depth_splits, stages, uniform_vbp, vbp_stage_shares
+from timm.layers import Attention, LayerNorm
 from torch import nn
+from torch_pruning.utils import count_ops_and_params
 from vbp_deit import ROWS as VBP_ROWS
 
 import vitprune
@@ -47,11 +52,17 @@ from vitprune.atomic import read_json
 from vitprune.measure import CONVENTIONS, count_macs
 from vitprune.methods.hiap import dense_cost, extract, gate_cost, layer_shapes
 from vitprune.methods.vbp import prune_by_selection, select_neurons
-from vitprune.surgery import prune_depth, prune_tokens
+from vitprune.surgery import prune_depth, prune_tokens, token_pruning_blocks
 
 _B, _S, _T = "deit_base_patch16_224", "deit_small_patch16_224", "deit_tiny_patch16_224"
 _LABELS = {_B: "DeiT-B", _S: "DeiT-S", _T: "DeiT-T"}
 _UNITS = {"G": 1e9, "M": 1e6}
+#: The MAC columns of a table, by key (``ours["macs_<key>"]``): every convention, and for HetDPT's depth rows
+#: torch-pruning's counter as HetDPT's own code ran it.
+_COLUMNS = {**{c: c for c in CONVENTIONS}, "tp_hetdpt": "tp as HetDPT's code"}
+TP_HETDPT = ("torch-pruning's count_ops_and_params on HetDPT's own model classes (measure_throughput.py): its Attention "
+             "class has no torch-pruning hook, so only its qkv and proj Linears count (no QKᵀ, A·V, softmax or "
+             "scaling); its norms are nn.LayerNorm, which the counter counts at 2 per element")
 
 #: HetDPT's other two published layer sets (Tables 11-13, bold; notes/hetdpt.md §3.5) with their Table 1 row.
 _HETDPT_MORE = {
@@ -217,8 +228,29 @@ def _distilled(name: str) -> str:
     return name.replace("_patch", "_distilled_patch")
 
 
-def _totals(model: nn.Module) -> dict[str, int]:
-    return count_macs(model).totals()
+def _totals(model: nn.Module) -> dict[str, int | None]:
+    """Params and MACs in every convention; ``macs_tp`` is ``None`` for a model with token-pruning blocks, whose
+    attention torch-pruning's counter would miss (``count_macs`` refuses to count it)."""
+    convention = "full" if token_pruning_blocks(model) else "tp"
+    return {"macs_tp": None, **count_macs(model, convention=convention).totals()}
+
+
+class _HetDPTAttention(Attention):
+    """timm's Attention under another class, as HetDPT's code declares its own (``hetdpt/models_pruned.py``):
+    torch-pruning's counter picks its hooks by exact type and has none for it."""
+
+
+def _tp_as_hetdpt(model: nn.Module) -> int:
+    """:data:`TP_HETDPT`: torch-pruning's count of ``model`` with HetDPT's module classes in place of timm's (its
+    Attention, which the counter does not know, and ``nn.LayerNorm``); everything else is the same structure."""
+    x = torch.randn(1, *vitprune.get_adapter(model).input_size)
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        if type(module) is Attention:
+            module.__class__ = _HetDPTAttention
+        elif type(module) is LayerNorm:
+            module.__class__ = nn.LayerNorm
+    return round(count_ops_and_params(model, x)[0])
 
 
 @functools.cache
@@ -226,11 +258,18 @@ def _dense(name: str, kwargs: tuple[tuple[str, Any], ...] = ()) -> dict[str, int
     return _totals(_base(name, kwargs))
 
 
+@functools.cache
+def _dense_hetdpt(name: str) -> dict[str, int]:
+    """:func:`_dense` with :data:`TP_HETDPT`'s count (``macs_tp_hetdpt``)."""
+    return {**_dense(name), "macs_tp_hetdpt": _tp_as_hetdpt(_base(name))}
+
+
 def _depth(name: str, attention: list[int], activation: list[int]) -> dict[str, int]:
-    """HetDPT's edits as its reference code makes them: LN1 kept in a removed attention, fc1·fc2 merged."""
+    """HetDPT's edits as its reference code makes them: LN1 kept in a removed attention, fc1·fc2 merged, a GELU on
+    the output of a block that lost both; counted in every convention and as :data:`TP_HETDPT`."""
     model = _fresh(name)
-    prune_depth(model, attention, activation)
-    return _totals(model)
+    prune_depth(model, attention, activation, output_gelu=True)
+    return {**_totals(model), "macs_tp_hetdpt": _tp_as_hetdpt(model)}
 
 
 @functools.cache
@@ -305,11 +344,14 @@ def _difference(row: dict[str, Any], scale: float) -> dict[str, Any]:
             "within_rounding": all(abs(o - float(p)) <= _half_unit(p) for o, p in pairs.values()) if pairs else None}
 
 
-def _table(title: str, macs_label: str, rows: list[dict[str, Any]], intro: str = "", unit: str = "G") -> dict[str, Any]:
-    """A results table: its rows with their differences, MACs in ``unit`` (``G`` or ``M``) as the paper prints them."""
+def _table(title: str, macs_label: str, rows: list[dict[str, Any]], intro: str = "", unit: str = "G",
+           columns: tuple[str, ...] = tuple(CONVENTIONS)) -> dict[str, Any]:
+    """A results table: its rows with their differences, MACs in ``unit`` (``G`` or ``M``) as the paper prints them,
+    ours in ``columns`` (keys of :data:`_COLUMNS`)."""
     for row in rows:
         row.update(_difference(row, _UNITS[unit]))
-    return {"title": title, "macs_label": macs_label, "unit": unit, "intro": intro, "rows": rows}
+    return {"title": title, "macs_label": macs_label, "unit": unit, "intro": intro, "rows": rows,
+            "columns": list(columns)}
 
 
 def _not_reproduced(paper: str) -> list[dict[str, Any]]:
@@ -336,8 +378,9 @@ def _hetdpt_plus_rows(out_dir: Path) -> list[dict[str, Any]]:
         if found is None:
             rows.append(_row(config, _p(params, 1), _p(gmacs, 1), None, "linear", problem, source="missing"))
             continue
+        tp = found.get("gmacs_tp")
         ours = {"params": round(found["params_m"] * 1e6), "macs_full": round(found["gmacs_full"] * 1e9),
-                "macs_linear": round(found["gmacs"] * 1e9)}
+                "macs_linear": round(found["gmacs"] * 1e9), "macs_tp": None if tp is None else round(tp * 1e9)}
         note = (f"From hetdpt_plus_budgets.json ({report['date']}): the 10-layer distilled DeiT-B, then one global "
                 f"torch-pruning magnitude ratio ({found['ratio']:.4f}; embed dim {found['embed_dim']}) bisected on "
                 "linear MACs to the printed target from below, so the MACs agree by construction. The paper does not "
@@ -354,32 +397,51 @@ def _hetdpt_section(out_dir: Path) -> dict[str, Any]:
     # Paper order: fewer layers first.
     depth = sorted({**DEPTH_CONFIGS, **_HETDPT_MORE}.items(), key=lambda kv: int(kv[0].split(", ")[1].split()[0]))
     dense_note = "Plain DeiT, full convention, as the paper's dense rows (notes/hetdpt.md §1.8.4)."
-    pruned_note = ("Distilled DeiT (198 tokens, two heads), linear convention, LN1 kept where attention goes, "
-                   "as the paper's pruned rows (notes/hetdpt.md §1.8.4).")
+    pruned_note = ("Distilled DeiT (198 tokens, two heads), LN1 kept where attention goes, counted as HetDPT's code "
+                   "counts (tp with its classes), as the paper's pruned rows (notes/hetdpt.md §1.8.4).")
     rows = []
     for name in (_B, _S):
         label = _LABELS[name]
         paper = next(c[3] for c in DEPTH_CONFIGS.values() if c[0] == name)
         rows.append(_row(f"{label} (Dense)", _p(paper["dense_params_m"], 1), _p(paper["dense_gmacs"], 1),
-                         _dense(name), "full", dense_note))
+                         _dense_hetdpt(name), "full", dense_note))
         blocks = len(vitprune.get_adapter(_base(name)).blocks())
         for k, params, gmacs, tables in _NOSE[name]:
             # Every block has the same width and tokens, so which k attention layers go does not change the counts.
             rows.append(_row(f"{label} NOSE ({k} layers; {tables})", params, gmacs,
-                             _depth(_distilled(name), list(range(blocks - k, blocks)), []), "linear",
+                             _depth(_distilled(name), list(range(blocks - k, blocks)), []), "tp_hetdpt",
                              pruned_note + f" Ours removes the last {k} attention layers; the paper names none."))
         for key, (model, attention, activation, paper) in depth:
             if model == name:
                 tables = "Tables 1, 8" + ("; Table 9's HetDPT-KD" if key == "DeiT-B, 10 layers" else "")
                 rows.append(_row(f"{label} HetDPT ({key.split(', ')[1]}; {tables}): attention {attention}, "
                                  f"GELU {activation}", _p(paper["params_m"], 1), _p(paper["gmacs"], 1),
-                                 _depth(_distilled(name), attention, activation), "linear", pruned_note))
+                                 _depth(_distilled(name), attention, activation), "tp_hetdpt", pruned_note))
+    pruned = [r for r in rows if r["compare"] == "tp_hetdpt"]
+
+    def off(key: str) -> list[float]:
+        return [r["ours"][f"macs_{key}"] / 1e9 / float(r["paper"]["macs"]) - 1 for r in pruned]
+
+    extra = [(r["ours"]["macs_tp_hetdpt"] - r["ours"]["macs_linear"]) / 1e9 for r in pruned]
     ten = next(r for r in rows if r["config"].startswith("DeiT-B HetDPT (10 layers"))["ours"]
-    intro = ("The paper counts its dense rows on the plain DeiT in the full convention (197 tokens) and its pruned "
-             "rows on the distilled DeiT in the linear convention (198 tokens), so its dense → pruned ratios mix "
-             f"conventions: in one convention (full, distilled) the 10-layer DeiT-B is {ten['macs_full'] / 1e9:.2f} G, "
-             f"not {ten['macs_linear'] / 1e9:.2f} G (notes/hetdpt.md §1.8.4). NOSE rows are reproduced the same way.")
-    depth_table = _table("Tables 1 and 8: depth pruning", "MACs (G)", rows, intro)
+    intro = ("HetDPT's code counts its models with torch-pruning's `count_ops_and_params` (`measure_throughput.py`, "
+             "after merging fc1·fc2). Its models declare their own Attention class, which that counter (hooks chosen "
+             "by exact type) has no hook for, so it counted their qkv and proj Linears but no QKᵀ or A·V. On timm's "
+             "Attention, which vitprune keeps, the same counter counts them: the *tp* column, "
+             f"{min(off('tp')):+.1%} to {max(off('tp')):+.1%} from the printed pruned rows. The *tp as HetDPT's code* "
+             "column counts our structure with that counter and HetDPT's module classes put in (its Attention, "
+             "`nn.LayerNorm`; the GELU HetDPT's code puts on the output of a block that lost both is in the structure "
+             "too), the paper's pruned rows' convention: every one within rounding of the printed figure, "
+             f"{min(off('tp_hetdpt')):+.2%} to {max(off('tp_hetdpt')):+.2%}. The note's linear reading (§1.8.4) is "
+             f"within rounding as well: what separates the two, biases, norms and GELUs, is {min(extra):.3f}-"
+             f"{max(extra):.3f} G. The dense rows are not counted that way (it would give the plain DeiT-B "
+             f"{_dense_hetdpt(_B)['macs_tp_hetdpt'] / 1e9:.2f} G): they are the usual full-convention (timm/fvcore) "
+             "figures of the plain DeiT (197 tokens), to which tp rounds as well. The pruned rows are distilled DeiTs "
+             "(198 tokens), so the paper's dense → pruned ratios mix models and conventions: in one convention (full, "
+             f"distilled) the 10-layer DeiT-B is {ten['macs_full'] / 1e9:.2f} G, not "
+             f"{ten['macs_tp_hetdpt'] / 1e9:.2f} G. NOSE rows are reproduced the same way.")
+    depth_table = _table("Tables 1 and 8: depth pruning", "MACs (G)", rows, intro,
+                         columns=(*CONVENTIONS, "tp_hetdpt"))
 
     kd = []
     for name, (params, gmacs, tables) in _KD.items():
@@ -396,9 +458,15 @@ def _hetdpt_section(out_dir: Path) -> dict[str, Any]:
                   "Removing an attention or a GELU costs the same in every block of a stage, so each pruned row lists "
                   "the per-stage splits whose counts round to both printed figures, measured (one removal per stage "
                   "and type, counted); ours builds the closest, removing each stage's last blocks.")
+    plus = [r for r in kd if r["config"].startswith("HetDPT+")]
+    tp_given = any((r["ours"] or {}).get("macs_tp") is not None for r in plus)
     plus_intro = ("HetDPT+ = the 10-layer configuration plus width pruning to each MAC target; its rows come from "
                   "`hetdpt_plus_budgets.py`'s results (linear convention, distilled DeiT-B, as the paper's pruned "
-                  "rows), not recomputed here.")
+                  "rows), not recomputed here; "
+                  + ("the tp column is that file's `gmacs_tp`. " if tp_given else
+                     "that file gives no tp figures (`gmacs_tp`), hence the empty tp column. ")
+                  + "HetDPT+'s code is not released; if it counts as HetDPT's code does (the table above: the linear "
+                  "count plus biases, norms and GELUs), the linear column is the closest of ours.")
     return {"paper": "HetDPT", "note": "notes/hetdpt.md",
             "tables": [depth_table, _table("Tables 2 and 9: distilled baselines and HetDPT+", "MACs (G)", kd,
                                            plus_intro),
@@ -417,7 +485,7 @@ def _hetdpt_swin_rows() -> list[dict[str, Any]]:
     for size, (tables, (dense_params, dense_gmacs), (params, gmacs), layers) in HETDPT_SWIN.items():
         name, stage_list = SWIN[size], list(_swin_stages(size))
         rows.append(_row(f"Swin-{size} (Dense; {tables}; `{name}`)", dense_params, dense_gmacs, _dense(name), "full"))
-        splits = {c: depth_splits(stage_list, _dense(name), params, gmacs, c, layers) for c in CONVENTIONS}
+        splits = {c: depth_splits(stage_list, _dense(name), params, gmacs, c, layers) for c in ("full", "linear")}
         best = splits["full"][0]
         counts = "" if layers else (f" of {min(s.layers for s in splits['full'])}-"
                                     f"{max(s.layers for s in splits['full'])} layers")
@@ -500,7 +568,7 @@ def _vbp_section() -> dict[str, Any]:
     t4 = _vbp_rows(_B, [], _VBP_T10[_B][:2])
     for config, ratio, params, gmacs in _VBP_T4:
         ours = {"params": (_vbp_pruned(_B, ratio) if ratio else _dense(_B))["params"], "macs_full": None,
-                "macs_linear": None}
+                "macs_linear": None, "macs_tp": None}
         t4.append(_row(config, params, gmacs, ours, "full",
                        "vitprune has no token merging, so the MACs are not counted; ToMe adds no parameters, so the "
                        f"params are {'the VBP 50%' if ratio else 'the dense'} model's."))
@@ -616,7 +684,9 @@ def _star_section() -> dict[str, Any]:
                  "difference is the fit's error, not a counting one. Tokens are kept as ceil(p × patches), after "
                  "attention; LV-ViT's token-labelling head reads the patch tokens the last block keeps.")
     intro = ("STAR prints MACs (torchprofile) under the label GFLOPs (notes/star.md §1.10); they follow the full "
-             "convention. Token pruning adds no parameters, and the paper prints none.")
+             "convention. Token pruning adds no parameters, and the paper prints none. The token-pruned rows below "
+             "have no tp figure: torch-pruning's counter would count none of a token-pruning block's attention "
+             "(docs/measurement.md).")
     return {"paper": "STAR", "note": "notes/star.md",
             "tables": [_table("Tables 1 and 4: dense models", "GFLOPs", dense, intro),
                        _table("Table 2: hand-set schedules on DeiT-B", "GFLOPs", manual),
@@ -655,6 +725,7 @@ def _hiap_section() -> dict[str, Any]:
 # ---------------------------------------------------------------- report
 
 def _ours(row: dict[str, Any], convention: str, scale: float, digits: int) -> str:
+    """Our MACs in ``convention`` (a key of :data:`_COLUMNS`), bold where the paper's figure follows it."""
     value = (row["ours"] or {}).get(f"macs_{convention}")
     if value is None:
         return "—"
@@ -679,15 +750,16 @@ def _md_table(table: dict[str, Any]) -> list[str]:
     lines = [f"### {table['title']}", ""]
     if table["intro"]:
         lines += [table["intro"], ""]
-    lines += [f"| configuration | paper params (M) | ours params (M) | paper {table['macs_label']} | ours {unit}MACs "
-              f"full | ours {unit}MACs linear | ours − paper | difference explained |",
-              "|---|---:|---:|---:|---:|---:|---|---|"]
+    columns = table["columns"]
+    lines += [f"| configuration | paper params (M) | ours params (M) | paper {table['macs_label']} | "
+              + "".join(f"ours {unit}MACs {_COLUMNS[c]} | " for c in columns) + "ours − paper | difference explained |",
+              "|---|---:|---:|---:|" + "---:|" * len(columns) + "---|---|"]
     for row in table["rows"]:
         paper, ours = row["paper"], row["ours"]
         lines.append(f"| {row['config']} | {paper['params_m'] or '—'} | "
                      f"{'—' if ours is None else format(ours['params'] / 1e6, '.3f')} | {paper['macs'] or '—'} | "
-                     f"{_ours(row, 'full', scale, digits)} | {_ours(row, 'linear', scale, digits)} | "
-                     f"{_md_difference(row, unit)} | {row['note']} |")
+                     + "".join(f"{_ours(row, c, scale, digits)} | " for c in columns)
+                     + f"{_md_difference(row, unit)} | {row['note']} |")
     return lines + [""]
 
 
@@ -716,7 +788,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         "is compared (accuracy needs ImageNet training). The counts are exact integer arithmetic over the layer "
         "shapes one forward pass records, so they are the same on every machine and every run; nothing is timed. "
         f"MACs per image: *full* = {CONVENTIONS['full']}, with the tokens that actually enter each block; *linear* "
-        f"= {CONVENTIONS['linear']}. Biases, norms, activations and softmax are in neither. The papers label their "
+        f"= {CONVENTIONS['linear']}. Biases, norms, activations and softmax are in neither. *tp* = "
+        f"{CONVENTIONS['tp']} (torch-pruning {torch_pruning.__version__}; docs/measurement.md says what it counts on each family); "
+        "it cannot count token-pruning blocks, so the STAR rows with token pruning have none. HetDPT's depth table "
+        f"adds *tp as HetDPT's code* = {TP_HETDPT}. The papers label their "
         "counts MACs (HetDPT, VBP), GFLOPs (STAR) or FLOPs (HiAP Table 2); all are MACs. **Bold** marks the "
         "convention the paper's figure follows (per the implementation notes, `notes/<paper>.md`); *ours − paper* "
         "is taken in it, ✓ meaning ours rounds to the printed figure at its printed precision and ✗ a difference "
@@ -743,7 +818,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     start = time.perf_counter()
     papers = [_hetdpt_section(args.out_dir), _vbp_section(), _star_section(), _hiap_section()]
-    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "conventions": CONVENTIONS,
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "conventions": {**CONVENTIONS, "tp_hetdpt": TP_HETDPT},
+              "torch_pruning": torch_pruning.__version__,
               "weights": "random (timm, pretrained=False): structure only", "seconds": time.perf_counter() - start,
               "papers": papers}
     write_results(args.out_dir, "paper_tables", report, to_markdown(report))

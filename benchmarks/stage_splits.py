@@ -121,10 +121,10 @@ def depth_splits(stage_list: list[Stage], dense: dict[str, int], params_m: str, 
 
 
 def build_split(model: nn.Module, stage_list: list[Stage], split: Split) -> dict[str, int]:
-    """The counts vitprune gives ``model`` with ``split`` removed (each stage's last blocks)."""
+    """The counts vitprune gives ``model`` with ``split`` removed (each stage's last blocks), in every convention."""
     pruned = copy.deepcopy(model)
     prune_depth(pruned, *split.blocks(stage_list))
-    return count_macs(pruned).totals()
+    return count_macs(pruned, convention="tp").totals()
 
 
 def closest_hetdpt_split(model: nn.Module, size: str) -> tuple[Split, list[Stage]]:
@@ -135,12 +135,13 @@ def closest_hetdpt_split(model: nn.Module, size: str) -> tuple[Split, list[Stage
 
 
 def uniform_vbp(model: nn.Module, ratio: float) -> dict[str, int]:
-    """Counts after removing ``round(ratio · hidden)`` neurons of every block (the same share in every stage)."""
+    """Counts in every convention after removing ``round(ratio · hidden)`` neurons of every block (the same share in
+    every stage)."""
     pruned = copy.deepcopy(model)
     for view in vitprune.get_adapter(pruned).blocks():
         hidden = view.mlp.hidden_features
         prune_mlp_neurons(pruned, view.index, list(range(round(ratio * hidden), hidden)))
-    return count_macs(pruned).totals()
+    return count_macs(pruned, convention="tp").totals()
 
 
 def vbp_stage_shares(stage_list: list[Stage], ratio: float, dense: tuple[str, str], pruned: tuple[str, str],

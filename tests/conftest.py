@@ -244,8 +244,10 @@ def digits_chain() -> torch.nn.Module:
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def run_torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 300) -> None:
-    """Run ``script`` under ``torchrun --nproc_per_node nproc`` on CPU (gloo, loopback only, one thread each)."""
+def run_torchrun(script: Path | str, *args: str, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``torchrun --nproc_per_node nproc`` on CPU (gloo, loopback only, one thread each); a
+    ``script`` of ``-m`` runs the module ``args[0]`` (``run_torchrun("-m", "vitprune", ...)``). Returns the
+    finished process, its output captured."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -258,3 +260,4 @@ def run_torchrun(script: Path, *args: str, nproc: int = 2, timeout: int = 300) -
                "--master_addr", "127.0.0.1", "--master_port", str(port), str(script), *args]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc

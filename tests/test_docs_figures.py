@@ -21,5 +21,5 @@ def _stated(page: str, label: str) -> int:
 
 def test_measurement_page_states_deit_s_as_counted():
     model = build("deit_small_patch16_224", {})
-    for convention in ("linear", "full"):
+    for convention in ("linear", "full", "tp"):
         assert _stated("measurement.md", convention) == count_macs(model, convention=convention).macs

@@ -1,5 +1,6 @@
 """benchmarks/paper_tables.py: its rounding rule, the HetDPT+ rows it reads (or asks for), a few cheap rows against
-the implementation notes' derived counts, and the page it writes; DeiT-B is never built."""
+the implementation notes' derived counts, its reading of torch-pruning's count as HetDPT's code took it, and the page
+it writes; DeiT-B is never built."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import json
 from types import ModuleType
 
 import pytest
-from conftest import benchmark_module
+from conftest import benchmark_module, tracked
+
+from vitprune.measure import CONVENTIONS, count_macs
+from vitprune.surgery import prune_depth
 
 
 @pytest.fixture(scope="module")
@@ -15,8 +19,8 @@ def pt() -> ModuleType:
     return benchmark_module("paper_tables")
 
 
-def _ours(params: int, full: int, linear: int) -> dict[str, int]:
-    return {"params": params, "macs_full": full, "macs_linear": linear}
+def _ours(params: int, full: int, linear: int, tp: int | None = None) -> dict[str, int | None]:
+    return {"params": params, "macs_full": full, "macs_linear": linear, "macs_tp": tp}
 
 
 def test_within_rounding_follows_the_printed_precision(pt):
@@ -63,22 +67,51 @@ def test_cheap_rows_match_the_notes_derived_counts(pt):
     assert pruned["within_rounding"] and not dense["within_rounding"] and "0.006 G above ours" in dense["note"]
     dense100, _ = pt._vbp_rows(pt._T, [(0.45, "4.12", "0.94")], ("5.72", "1.26"), num_classes=100, label=" (C)")
     assert "1000-class model's" in dense100["note"] and dense100["ours"]["params"] == 5_717_416 - 900 * 193
+    assert dense["ours"]["macs_tp"] == count_macs(pt._base(pt._T), convention="tp").macs
+
+
+def test_hetdpt_deit_s_row_in_tp_as_its_code_counts(pt):
+    """HetDPT's 6-layer DeiT-S (attention [1, 10, 11], GELU [8, 10, 11]): notes/hetdpt.md §1.8.4's params and linear
+    MACs, and the printed 3.3 G in torch-pruning's count as HetDPT's code takes it; tp on timm's Attention is not."""
+    ours = pt._depth(pt._distilled(pt._S), [1, 10, 11], [8, 10, 11])
+    assert (ours["params"], ours["macs_linear"]) == (17_561_168, 3_299_358_720)
+    assert round(ours["macs_tp_hetdpt"] / 1e9, 1) == 3.3 != round(ours["macs_tp"] / 1e9, 1)
+
+
+def test_tp_as_hetdpt_is_the_linear_count_plus_norms_biases_and_gelus(pt):
+    """With HetDPT's classes, torch-pruning counts no attention matmuls: the linear count, plus every LayerNorm at
+    2 per element (two per block, one at the end), each GELU at 1 per element (the MLPs that keep theirs, the output
+    GELU of a block that lost both), each Linear's bias once per call and the patch embedding's at each position."""
+    model = tracked("deit_tiny_distilled_patch16_224", {"depth": 4})
+    prune_depth(model, attention=[1, 3], activation=[2, 3], output_gelu=True)
+    n, d, hidden, patches, classes = 198, 192, 768, 196, 1000
+    norms = (2 * 4 + 1) * 2 * n * d
+    gelus = 2 * n * hidden + n * d  # blocks 0 and 1 keep their GELU; block 3 lost both
+    biases = 2 * (3 * d + d) + 2 * (hidden + d) + 2 * d + 2 * classes  # attention 0, 2; MLPs 0, 1; merged 2, 3; heads
+    expected = count_macs(model).linear_macs + norms + gelus + biases + patches * d
+    assert pt._tp_as_hetdpt(model) == expected
 
 
 def test_markdown_bolds_the_compared_convention_and_lists_what_is_not_rebuilt(pt, tmp_path):
-    rows = [pt._row("close", "12.0", "3.2", _ours(12_000_000, 3_210_000_000, 3_000_000_000), "full"),
-            pt._row("far", None, "174.0", _ours(2_000_000, 182_800_000, 173_100_000), "linear", "why")]
+    rows = [pt._row("close", "12.0", "3.2", _ours(12_000_000, 3_210_000_000, 3_000_000_000, 3_220_000_000), "full"),
+            pt._row("far", None, "174.0", _ours(2_000_000, 182_800_000, 173_100_000), "linear", "why"),
+            pt._row("het", None, "11.8", {**_ours(1, 12_277_000_000, 11_796_000_000, 12_293_000_000),
+                                          "macs_tp_hetdpt": 11_809_000_000}, "tp_hetdpt")]
     waiting = pt._hetdpt_plus_rows(tmp_path)
     report = {"date": "today", "seconds": 1.0,
               "papers": [{"paper": "HiAP", "note": "notes/hiap.md",
                           "tables": [pt._table("G table", "MACs (G)", rows[:1]),
-                                     pt._table("M table", "MACs (M)", rows[1:], unit="M"),
+                                     pt._table("M table", "MACs (M)", rows[1:2], unit="M"),
+                                     pt._table("HetDPT's", "MACs (G)", rows[2:], columns=(*CONVENTIONS, "tp_hetdpt")),
                                      pt._table("waiting", "MACs (G)", waiting)],
                           "not_reproduced": pt._not_reproduced("HiAP")}]}
     page = pt.to_markdown(report)
     assert page.startswith("# Paper tables side by side\n")
-    assert "| close | 12.0 | 12.000 | 3.2 | **3.210** | 3.000 | ✓ params +0.000 M, MACs +0.010 G |  |" in page
-    assert "| far | — | 2.000 | 174.0 | 182.8 | **173.1** | ✗ MACs -0.9 M | why |" in page
-    assert f"{2 + len(waiting)} configurations in the tables: 1 within rounding, 1 beyond it" in page
+    assert "| ours GMACs full | ours GMACs linear | ours GMACs tp | ours − paper |" in page
+    assert "| close | 12.0 | 12.000 | 3.2 | **3.210** | 3.000 | 3.220 | ✓ params +0.000 M, MACs +0.010 G |  |" in page
+    assert "| far | — | 2.000 | 174.0 | 182.8 | **173.1** | — | ✗ MACs -0.9 M | why |" in page
+    assert "| ours GMACs tp | ours GMACs tp as HetDPT's code | ours − paper |" in page
+    assert "| het | — | 0.000 | 11.8 | 12.277 | 11.796 | 12.293 | **11.809** | ✓ MACs +0.009 G |  |" in page
+    assert f"{3 + len(waiting)} configurations in the tables: 2 within rounding, 1 beyond it" in page
     assert f"{len(waiting)} waiting for `hetdpt_plus_budgets.py`" in page
     assert "HiAP (Ours) 2.5G: 12.3 M params, 2.5 GMACs;" in page and "Uniform-Ratio: 116.6 MMACs;" in page

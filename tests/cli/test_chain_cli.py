@@ -21,7 +21,7 @@ def test_chain_file_runs_and_reports_every_step(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(console, "width", 200)
     steps = tmp_path / "chain.json"
     steps.write_text(json.dumps([{"method": "depth", "attention": [0, 5], "activation": [3]},
-                                 {"method": "width", "ratio": 0.2, "heads": True}]))
+                                 {"method": "width", "ratio": 0.2, "heads": 1.0, "head_dims": 0.0}]))
     code, stdout, _ = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
                           "--no-onnx", "--json", *OPTIONS)
     assert code == 0
@@ -72,7 +72,7 @@ def test_hetdpt_plus_mistakes_are_one_line(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_hetdpt_plus_runs_depth_then_width_then_one_fine_tune(capsys, tmp_path):
+def test_hetdpt_plus_runs_depth_and_its_recovery_then_width_then_one_fine_tune(capsys, tmp_path):
     target = 0.45 * count_macs(vitprune.create_model("digits-vit")).macs
     code, stdout, _ = run(capsys, "prune", "hetdpt+", "digits-vit", "--budget", "4", "--split", "2,2", "--macs",
                           str(target / 1e9), "--search-epochs", "1", "--epochs", "1", "--out", str(tmp_path / "run"),
@@ -80,6 +80,9 @@ def test_hetdpt_plus_runs_depth_then_width_then_one_fine_tune(capsys, tmp_path):
     assert code == 0
     report = json.loads(stdout)
     assert [s["method"] for s in report["steps"]] == ["start", "hetdpt", "width", "finetune"]
+    # HetDPT's own Stage 2 (--epochs 1) recovered the depth-pruned model before width pruning ranked it.
+    assert report["steps"][1]["summary"]["top1"]["finetuned"] == report["steps"][1]["top1"]
+    assert (tmp_path / "run" / "steps" / "01-hetdpt" / "finetune").is_dir()
     assert 0.97 * target <= report["pruned"]["macs_full"] <= target
     assert report["steps"][3]["summary"]["distill"] == "soft"  # the digits preset's self-distillation
     assert report["consistency"]["ok"] and report["consistency"]["onnx_max_diff"] <= 1e-4

@@ -39,7 +39,8 @@ CONVERTED = [
     (("prune", "vbp"), VBPConfig, None, {}, set(), False),
     (("prune", "star"), STARConfig, None, {}, set(), False),
     (("prune", "hiap"), HiAPConfig, None, {}, set(), False),
-    (("prune", "hiap"), TrainConfig, {"epochs", "lr", "batch_size", "seed"}, TRAIN_DEFAULTS, set(), False),
+    # --epochs is the command's own (a --preset gives it); the rest change the recipe (HiAP's or --preset's).
+    (("prune", "hiap"), TrainConfig, {"lr", "batch_size", "seed"}, {}, set(), True),
     (("finetune",), TrainConfig, None, {}, set(), False),
     (("finetune",), DistillConfig, None, {}, set(), False),
 ]
@@ -94,7 +95,8 @@ def received(monkeypatch):
     """What the pipelines would have been handed: the patched callee's keyword arguments."""
     calls: dict = {}
     monkeypatch.setattr(prune, "_run_calibrated", lambda run, render, config, **_: calls.update(config=config))
-    monkeypatch.setattr(prune, "_load_inputs", lambda *a, **k: (None, {"train": None, "val": None}))
+    monkeypatch.setattr(prune, "_load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
+                                                                         "calibration": None}))
     monkeypatch.setattr(prune, "_show", lambda *a: None)
     monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
     monkeypatch.setattr("vitprune.methods.hetdpt.pipeline.run_hetdpt", lambda *a, **k: calls.update(k))
@@ -124,10 +126,12 @@ def test_depth_options_build_the_api_config(capsys, received):
 
 
 def test_width_options_build_the_api_config(capsys, received):
-    _prune(capsys, "width", "--macs", "0.5", "--convention", "linear", "--heads", "--no-embed", "--global",
-           "--round-to", "8", "--batches", "3", data=False)
-    assert received["config"] == WidthConfig(target_macs=0.5e9, convention="linear", heads=True, embed=False,
-                                             isomorphic=False, round_to=8, batches=3)
+    _prune(capsys, "width", "--macs", "0.5", "--convention", "linear", "--heads", "0.5", "--head-dims", "0",
+           "--no-embed", "--global", "--round-to", "8", "--taylor-batches", "3", "--taylor-batch-size", "16",
+           data=False)
+    assert received["config"] == WidthConfig(target_macs=0.5e9, convention="linear", heads=0.5, head_dims=0.0,
+                                             embed=False, isomorphic=False, round_to=8, taylor_batches=3,
+                                             taylor_batch_size=16)
     _prune(capsys, "width", "-p", "0.25", data=False)
     assert received["config"] == WidthConfig(ratio=0.25)
 
@@ -136,10 +140,10 @@ def test_hetdpt_options_change_the_preset_as_configure_does(capsys, received):
     _prune(capsys, "hetdpt", "--budget", "2")
     assert received["config"] == preset("digits")  # nothing named: the preset as it is
     _prune(capsys, "hetdpt", "--budget", "2", "--epochs", "3", "-b", "32", "--lr", "1e-3", "--distill", "hard",
-           "--shortlist", "4", "--identity", "skip", "--output-gelu", "--min-per-type", "1", "--probe-epochs", "2",
-           "--search-epochs", "5")
-    expected = configure("digits", epochs=3, batch_size=32, lr=1e-3, distill="hard", shortlist=4, identity="skip",
-                         output_gelu=True, min_per_type=1, probe_epochs=2, search_epochs=5)
+           "--shortlist", "0.5", "--identity", "skip", "--output-gelu", "--min-per-type", "1", "--probe-epochs", "2",
+           "--search-epochs", "5", "--no-merge")
+    expected = configure("digits", epochs=3, batch_size=32, lr=1e-3, distill="hard", shortlist=0.5, identity="skip",
+                         output_gelu=True, min_per_type=1, probe_epochs=2, search_epochs=5, merge=False)
     assert received["config"] == expected
     assert (expected.finetune.epochs, expected.search.epochs, expected.probe.epochs, expected.probe.batch_size,
             expected.finetune.lr, expected.search.lr) == (3, 5, 2, 32, 1e-3, preset("digits").search.lr * 32 / 64)
@@ -147,14 +151,14 @@ def test_hetdpt_options_change_the_preset_as_configure_does(capsys, received):
 
 def test_hetdpt_plus_options_build_the_api_chain(capsys, received):
     _prune(capsys, "hetdpt+", "--budget", "4", "--split", "2,2", "--macs", "0.3", "--importance", "taylor",
-           "--heads", "--round-to", "4", "--epochs", "2", "--distill", "hard", "--probe-epochs", "1")
+           "--heads", "0", "--round-to", "4", "--epochs", "2", "--distill", "hard", "--probe-epochs", "1")
     base = configure("digits", epochs=2, distill="hard")
     assert received["steps"] == hetdpt_plus_steps(
         budget=4, target_macs=0.3e9, split="2,2", preset="digits", convention="full",
         finetune={**dataclasses.asdict(base.finetune), "distill": "hard", "alpha": base.alpha, "tau": base.tau},
-        hetdpt={"probe_epochs": 1},
-        width={"importance": "taylor", "heads": True, "embed": True, "isomorphic": True, "round_to": 4,
-               "batches": 4})
+        hetdpt={"epochs": 2, "probe_epochs": 1, "distill": "hard"},  # HetDPT's own Stage 2 recovers, as configured
+        width={"importance": "taylor", "heads": 0.0, "head_dims": 0.5, "embed": True, "isomorphic": True,
+               "round_to": 4, "taylor_batches": WidthConfig().taylor_batches, "taylor_batch_size": 64})
 
 
 def test_hetdpt_plus_needs_a_mac_target(capsys):

@@ -80,7 +80,9 @@ def _step_defaults(method: str, required: dict) -> dict[str, object]:
     ("finetune", ("finetune",), {"epochs": 1}, {"teacher"}),
     ("depth", ("prune", "depth"), {"attention": [0]}, {"activation"}),  # left out on the command line: []
     ("width", ("prune", "width"), {"ratio": 0.3}, set()),
-    ("hiap", ("prune", "hiap"), {"epochs": 1}, set()),
+    # The command's --lr, --batch-size, --seed and --workers change a recipe (HiAP's TRAIN_DEFAULTS, the step's too,
+    # or --preset's).
+    ("hiap", ("prune", "hiap"), {"epochs": 1}, {"lr", "batch_size", "seed", "workers"}),
     ("vbp", ("prune", "vbp"), {"ratio": 0.5}, {"lr", "batch_size", "distill", "alpha", "tau"}),  # its fine-tune
     ("star", ("prune", "star"), {"rho": 0.5}, {"lr", "batch_size", "distill", "rho"}),  # is a chain's own step
 ])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -108,6 +111,34 @@ def test_prune_hetdpt_user_errors(capsys, tmp_path, args, pattern):
     code, _, err = run(capsys, "prune", "hetdpt", "digits-vit", "--no-pretrained", "--out", str(tmp_path / "x"),
                        *data, *args)
     assert_one_line_error(code, err, pattern)
+
+
+@pytest.mark.cli
+def test_prune_merge_finishes_a_hetdpt_no_merge_model(capsys, tmp_path):
+    """``prune hetdpt --no-merge`` saves fc1 and fc2 apart for a later fine-tune; ``prune merge``, in a fresh
+    process, loads that recipe and merges them: the same function, one Linear per block."""
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=2)
+    prune_depth(model, [0], [1], merge=False)
+    with torch.no_grad():  # as if fine-tuned since
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    vitprune.save(model, tmp_path / "unmerged")
+    merged_dir = tmp_path / "merged"
+    result = subprocess.run([sys.executable, "-m", "vitprune", "prune", "merge", str(tmp_path / "unmerged"), "--out",
+                             str(merged_dir), "--fold-norm", "--no-speed", "--json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["merged_blocks"] == [1] and summary["fold_norm"] and summary["max_abs_difference"] <= 1e-5
+    merged, unmerged = vitprune.load(merged_dir).eval(), vitprune.load(tmp_path / "unmerged").eval()
+    x = torch.randn(4, *vitprune.get_adapter(model).input_size)
+    with torch.no_grad():
+        assert (merged(x) - unmerged(x)).abs().max().item() <= 1e-5
+    last = vitprune.get_recipe(merged).edits[-1]
+    assert (last.op, last.args) == ("merge_mlp", {"block": 1, "fold_norm": True})
+    assert count_macs(merged).params == summary["after"]["params"] < summary["before"]["params"]
+    code, _, err = run(capsys, "prune", "merge", str(merged_dir), "--out", str(tmp_path / "again"), "--no-speed")
+    assert_one_line_error(code, err, "has no fc1·fc2 pair kept apart to merge")
 
 
 def test_prune_vbp_runs_and_reports(capsys, tmp_path, monkeypatch):
@@ -233,3 +264,76 @@ def test_prune_hiap_user_errors(capsys, tmp_path, args, pattern):
     code, _, err = run(capsys, "prune", "hiap", "digits-vit", "--no-pretrained", "--epochs", "1", "--out",
                        str(tmp_path / "x"), *data, *args)
     assert_one_line_error(code, err, pattern)
+
+
+# --- fine-tuning recipes: --preset, and a learning rate that follows the global batch ---------------------------
+
+
+@pytest.fixture
+def handed(monkeypatch):
+    """The configs ``prune vbp``, ``prune star`` and ``prune hiap`` would hand their pipelines (nothing runs)."""
+    from vitprune.cli import prune
+
+    calls: dict = {}
+    monkeypatch.setattr(prune, "_run_calibrated", lambda run, render, config, **_: calls.update(config=config))
+    monkeypatch.setattr(prune, "_load_inputs", lambda *a, **k: (None, {"train": None, "val": None}))
+    monkeypatch.setattr(prune, "_show", lambda *a: None)
+    monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
+    return calls
+
+
+def _handed(capsys, method, *argv):
+    code, out, err = run(capsys, "prune", method, "digits-vit", "--data", "digits", "--out", "unused", *argv)
+    assert code == 0, err
+    return out
+
+
+@pytest.mark.parametrize("method, argv, key, lr, batch", [
+    # The paper's recipes: VBP 1.5e-5 at batch 32; STAR 2e-5 per 512 images (8e-5 at 2048); HiAP 5e-5 at 256.
+    ("vbp", ["--ratio", "0.5", "--finetune-epochs", "1"], "finetune", 1.5e-5, 32),
+    ("vbp", ["--ratio", "0.5", "--finetune-epochs", "1", "-b", "64"], "finetune", 3e-5, 64),
+    ("star", ["--rho", "0.7", "--finetune-epochs", "1", "-b", "512"], "finetune", 2e-5, 512),
+    ("star", ["--rho", "0.7", "--finetune-epochs", "1"], "finetune", 8e-5 * 64 / 2048, 64),  # the CLI's batch 64
+    ("hiap", ["--epochs", "1"], "train", 5e-5, 256),
+    ("hiap", ["--epochs", "1", "-b", "64"], "train", 1.25e-5, 64),
+], ids=["vbp", "vbp-batch", "star-batch", "star-cpu-batch", "hiap", "hiap-batch"])
+def test_a_changed_batch_scales_the_recipes_learning_rate(capsys, handed, method, argv, key, lr, batch):
+    """lr = base_lr x global batch / 512 (TrainConfig.at_batch) unless --lr is given; the command says which under
+    its report."""
+    out = " ".join(_handed(capsys, method, *argv).split())
+    train = handed[key] if key == "train" else handed["config"].finetune
+    assert (train.lr, train.batch_size) == (pytest.approx(lr, rel=1e-12), batch)
+    how = "scaled with the batch" if "-b" in argv or method == "star" else "the recipe's"
+    assert f"trained at lr {lr:.3g} for a global batch of {batch} ({how}; the recipe: " in out
+    out = " ".join(_handed(capsys, method, *argv, "--lr", "1e-3").split())
+    train = handed[key] if key == "train" else handed["config"].finetune
+    assert (train.lr, train.batch_size) == (1e-3, batch)
+    assert f"trained at lr 0.001 for a global batch of {batch} (given" in out
+
+
+def test_a_preset_gives_the_fine_tuning_recipe(capsys, handed):
+    from vitprune.training.presets import get_preset
+
+    _handed(capsys, "vbp", "--ratio", "0.5", "--preset", "imagenet-vbp")
+    config = handed["config"]
+    assert config.finetune == get_preset("imagenet-vbp").train and config.distill == "soft"  # the paper distils
+    _handed(capsys, "vbp", "--ratio", "0.5", "--preset", "imagenet-vbp", "--no-distill", "--finetune-epochs", "0")
+    assert handed["config"].finetune is None and handed["config"].distill == "none"
+    _handed(capsys, "star", "--rho", "0.7", "--preset", "imagenet-star", "--finetune-epochs", "2", "-b", "256",
+            "--seed", "3")
+    star = get_preset("imagenet-star").train
+    assert handed["config"].finetune == dataclasses.replace(star.at_batch(256), epochs=2, seed=3)
+    assert handed["config"].finetune.lr == pytest.approx(2e-5 * 256 / 512)
+    _handed(capsys, "hiap", "--preset", "imagenet-hiap")
+    assert handed["train"] == get_preset("imagenet-hiap").train
+
+
+def test_hiap_needs_epochs_or_a_preset(capsys, handed):
+    code, _, err = run(capsys, "prune", "hiap", "digits-vit", "--data", "digits", "--out", "unused")
+    assert_one_line_error(code, err, "give --epochs, or --preset for a paper's recipe")
+
+
+def test_an_unknown_preset_is_one_line(capsys, handed):
+    code, _, err = run(capsys, "prune", "star", "digits-vit", "--data", "digits", "--out", "unused", "--rho", "0.7",
+                       "--preset", "imagenet-deit")
+    assert_one_line_error(code, err, "unknown training preset 'imagenet-deit' \\(choose from: imagenet-hetdpt, ")

@@ -11,6 +11,7 @@ from test_cli import assert_one_line_error, run
 
 import vitprune
 from vitprune.measure import count_macs
+from vitprune.recipe import read_document
 
 pytest.importorskip("torch_pruning")
 
@@ -28,7 +29,7 @@ def test_width_to_a_mac_target_saves_the_pruned_model(capsys, tmp_path):
     loaded = vitprune.load(out)
     assert count_macs(loaded, convention="linear").macs == summary["after"]["macs_linear"]
     ops = {e.op for e in vitprune.get_recipe(loaded).edits}
-    assert ops == {"prune_head_dims", "prune_mlp_neurons", "prune_embed_dims"}
+    assert ops == {"prune_heads", "prune_head_dims", "prune_mlp_neurons", "prune_embed_dims"}  # the defaults: both
     assert vitprune.get_adapter(loaded).embed_dim == len(summary["plan"]["embed"])
 
 
@@ -38,10 +39,12 @@ def test_taylor_width_on_digits_shows_the_table_and_speed(capsys, tmp_path, monk
     monkeypatch.setattr(console, "width", 200)
     out = tmp_path / "w"
     code, stdout, _ = run(capsys, "prune", "width", "digits-vit", "--no-pretrained", "--ratio", "0.3",
-                          "--importance", "taylor", "--data", "digits", "--batches", "2", "--heads", "--no-embed",
-                          "--out", str(out), "--repeats", "3", "--speed-batch", "4")
+                          "--importance", "taylor", "--data", "digits", "--taylor-batches", "2", "--taylor-batch-size",
+                          "8", "--heads", "1", "--head-dims", "0", "--no-embed", "--out", str(out), "--repeats", "3",
+                          "--speed-batch", "4")
     assert code == 0
-    assert "width ratio 0.3000 (taylor, isomorphic, heads)" in stdout and "alternating pairs" in stdout
+    assert "width ratio 0.3000 (taylor, isomorphic, heads 1, head dims 0)" in stdout and "alternating pairs" in stdout
+    assert read_document(out)["metadata"]["prune_width"]["taylor_images"] == 16
     loaded = vitprune.load(out)
     assert {e.op for e in vitprune.get_recipe(loaded).edits} <= {"prune_heads", "prune_mlp_neurons"}
     with torch.no_grad():

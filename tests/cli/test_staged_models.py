@@ -133,8 +133,8 @@ def test_swin_width_pruning_keeps_the_stage_widths(capsys, tmp_path, saved):
     """Heads and neurons at a ratio below 0.5 (where Torch-Pruning's own Swin example breaks); the stages' widths
     cannot be pruned, so --embed is one line with nothing written."""
     out = tmp_path / "pruned"
-    code, stdout, err = run(capsys, "prune", "width", saved("swin"), "--ratio", "0.3", "--heads", "--no-embed",
-                            "--no-speed", "--json", "--out", str(out))
+    code, stdout, err = run(capsys, "prune", "width", saved("swin"), "--ratio", "0.3", "--heads", "1", "--head-dims",
+                            "0", "--no-embed", "--no-speed", "--json", "--out", str(out))
     assert code == 0, err
     loaded = vitprune.load(out)
     assert {e.op for e in vitprune.get_recipe(loaded).edits} == {"prune_heads", "prune_mlp_neurons"}

@@ -9,8 +9,11 @@ import pytest
 import torch
 from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.data.auto_augment import RandAugment
+from timm.data.random_erasing import RandomErasing
+from torch.utils.data import Subset, TensorDataset
 
-from vitprune.data import DigitsDataset, build_dataset, build_loader
+from vitprune.data import DIGITS_INPUT_SIZE, DigitsDataset, augmented, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 
 RGB = (3, 32, 32)
@@ -168,6 +171,63 @@ def test_grayscale_image_folder(tmp_path):
     mean = sum(IMAGENET_DEFAULT_MEAN) / 3
     std = sum(IMAGENET_DEFAULT_STD) / 3
     torch.testing.assert_close(image, torch.full((1, 32, 32), (128 / 255 - mean) / std))
+
+
+# --- random augmentation -----------------------------------------------------------------------
+
+DEIT = {"auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.25}
+
+
+def _steps(dataset):
+    return dataset.transform.transforms
+
+
+def test_a_training_transform_adds_randaugment_and_random_erasing(split_folder):
+    plain = build_dataset(str(split_folder), "train", input_size=RGB)
+    deit = build_dataset(str(split_folder), "train", input_size=RGB, augment=DEIT)
+    assert not any(isinstance(t, (RandAugment, RandomErasing)) for t in _steps(plain))
+    (rand,) = [t for t in _steps(deit) if isinstance(t, RandAugment)]
+    (erase,) = [t for t in _steps(deit) if isinstance(t, RandomErasing)]
+    # rand-m9-mstd0.5-inc1: two ops per image (timm's default), magnitude 9 with std 0.5, increasing severity.
+    assert rand.num_layers == 2 and rand.ops[0].magnitude == 9 and rand.ops[0].magnitude_std == 0.5
+    assert "PosterizeIncreasing" in {op.name for op in rand.ops}
+    assert (erase.probability, erase.mode, erase.max_count) == (0.25, "pixel", 1)
+    assert deit[0][0].shape == RGB
+
+
+def test_augmented_rebuilds_a_copy_and_leaves_the_original(split_folder):
+    plain = build_dataset(str(split_folder), "train", input_size=RGB)
+    subset = Subset(plain, [0, 2, 4])
+    deit = augmented(subset, DEIT)
+    assert isinstance(deit, Subset) and deit.indices == [0, 2, 4] and deit.dataset is not plain
+    assert any(isinstance(t, RandAugment) for t in _steps(deit.dataset))
+    assert not any(isinstance(t, RandAugment) for t in _steps(plain))
+    assert augmented(deit, DEIT) is deit and augmented(subset, {}) is subset
+    back = augmented(deit.dataset, {"auto_augment": None, "re_prob": 0.0})
+    assert not any(isinstance(t, (RandAugment, RandomErasing)) for t in _steps(back))
+    assert [label for _, label in deit] == [label for _, label in subset]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda folder: build_dataset(folder, "val", input_size=RGB), "built with the evaluation transform"),
+    (lambda folder: DigitsDataset("train", augment=True), "needs a training set from vitprune.data.build_dataset"),
+    (lambda folder: build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE), "the digits data augments itself"),
+    (lambda folder: TensorDataset(torch.zeros(2, *RGB), torch.zeros(2)), "needs a training set from"),
+], ids=["eval-transform", "digits-by-hand", "digits", "foreign"])
+def test_augmentation_that_cannot_apply_is_refused(split_folder, make, message):
+    dataset = make(str(split_folder))
+    assert augmented(dataset, {}) is dataset  # nothing asked: nothing to refuse
+    with pytest.raises(VitpruneError, match=message):
+        augmented(dataset, DEIT)
+
+
+def test_bad_augmentation_requests(split_folder):
+    with pytest.raises(VitpruneError, match="applies to training transforms only"):
+        build_dataset(str(split_folder), "val", input_size=RGB, augment=DEIT)
+    with pytest.raises(VitpruneError, match="the digits data augments itself"):
+        build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE, augment={"re_prob": 0.25})
+    with pytest.raises(VitpruneError, match="timm cannot build the augmentation auto_augment rand-q3"):
+        build_dataset(str(split_folder), "train", input_size=RGB, augment={"auto_augment": "rand-q3"})
 
 
 def test_image_folder_without_images(tmp_path):

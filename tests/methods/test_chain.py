@@ -45,7 +45,7 @@ def _run(setting, steps, run_dir, **kwargs):
 
 FOUR_STEPS = [
     {"method": "depth", "attention": [1], "activation": [2]},
-    {"method": "width", "ratio": 0.25},
+    {"method": "width", "ratio": 0.25, "heads": 0.0, "head_dims": 1.0},
     {"method": "vbp", "ratio": 0.3, "calibration_images": 32, "calibration_batch": 16},
     {"method": "star", "rates": [1, 1, 0.7, 0.6], "alpha": 1.0},
 ]
@@ -72,7 +72,7 @@ def test_steps_apply_in_order_and_equal_the_methods_run_by_hand(setting, tmp_pat
 
     by_hand = copy.deepcopy(model)
     prune_depth(by_hand, [1], [2])
-    prune_width(by_hand, 0.25)
+    prune_width(by_hand, 0.25, heads=0.0, head_dims=1.0)
     after_width = vitprune.load(tmp_path / STEPS_DIR / "02-width" / MODEL_DIR)
     x = torch.randn(2, *vitprune.get_adapter(model).input_size)
     with torch.no_grad():
@@ -110,16 +110,23 @@ def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_pat
         _run(setting, steps, tmp_path)
 
 
-def test_hetdpt_plus_prunes_depth_then_width_to_the_target_then_fine_tunes_once(setting, tmp_path):
+def test_hetdpt_plus_recovers_the_depth_pruned_model_before_width_pruning_ranks_it(setting, tmp_path):
+    """The paper's order: HetDPT's two stages (prune, Stage-2 fine-tune with fc1/fc2 apart, merge), then width
+    pruning of that recovered model to the target, then the width recovery fine-tune."""
     model, _, _ = setting
     target = 0.5 * count_macs(model).macs
     steps = hetdpt_plus_steps(budget=2, split=[1, 1], target_macs=target, preset="digits",
-                              hetdpt={"search_epochs": 1, "batch_size": 32},
+                              hetdpt={"search_epochs": 1, "epochs": 1, "batch_size": 32},
                               finetune={"epochs": 1, "lr": 1e-3, "batch_size": 32})
+    assert [s.method for s in steps] == ["hetdpt", "width", "finetune"] and steps[0].settings["recover"] is True
     report = _run(setting, steps, tmp_path)
     hetdpt, width, finetune = report.steps[1:]
     assert len(hetdpt["summary"]["attention"]) == len(hetdpt["summary"]["activation"]) == 1
-    assert not (tmp_path / STEPS_DIR / "01-hetdpt" / "finetune").exists()  # HetDPT's own fine-tune is off
+    # HetDPT's Stage 2 ran (one epoch) and its model, merged after the fine-tune, is what the width step pruned.
+    assert (tmp_path / STEPS_DIR / "01-hetdpt" / "finetune").is_dir()
+    assert hetdpt["summary"]["top1"]["finetuned"] == hetdpt["top1"]
+    recovered = vitprune.load(tmp_path / STEPS_DIR / "01-hetdpt" / MODEL_DIR)
+    assert {e.op for e in vitprune.get_recipe(recovered).edits} >= {"remove_attention", "merge_mlp"}
     assert 0.97 * target <= width["macs_full"] <= target and finetune["macs_full"] == width["macs_full"]
     assert finetune["summary"]["distill"] == "soft" and finetune["summary"]["epochs"] == 1
     merged = hetdpt["summary"]["activation"][0]

@@ -33,8 +33,8 @@ FILE_FORMATS = {
                   "model_dir"],
     DepthReport: ["model", "out", "attention", "activation", "identity", "fold_norm", "output_gelu", "before", "after",
                   "speed"],
-    WidthReport: ["model", "out", "ratio", "target_gmacs", "convention", "options", "plan", "before", "after",
-                  "speed"],
+    WidthReport: ["model", "out", "ratio", "target_gmacs", "convention", "options", "taylor_images", "plan", "before",
+                  "after", "speed"],
 }
 
 

@@ -14,12 +14,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from vitprune.errors import VitpruneError
 from vitprune.training.distributed import (
     all_reduce_sum,
     broadcast_object,
     empty_moments,
     init_distributed,
     is_main_process,
+    on_main,
     reduce_metrics,
     reduce_moments,
     shutdown_distributed,
@@ -89,6 +91,16 @@ def main(out_path: str) -> None:
         state = welford_update(*state, chunk)
     count, mean, m2 = reduce_moments(*state)
     plan = broadcast_object({"keep": [3, 1, 4], "from": rank}, src=0)
+    ran_here = []
+    main_result = on_main(lambda: ran_here.append(rank) or {"computed_by": rank})
+    main_errors = []
+    for failure in (VitpruneError("no space left in the run directory"), OSError("disk full")):
+        def _fail(failure=failure):
+            raise failure
+        try:
+            on_main(_fail)
+        except Exception as exc:  # rank 0 re-raises its own exception, the others get a VitpruneError
+            main_errors.append([type(exc).__name__, str(exc)])
 
     # DDP: rank 1 starts from other weights on purpose, DDP must replace them with rank 0's.
     model = _tiny_model(seed=rank)
@@ -108,6 +120,7 @@ def main(out_path: str) -> None:
         "metrics": metrics,
         "moments": {"count": count.item(), "mean": mean.tolist(), "m2": m2.tolist()},
         "broadcast": plan,
+        "on_main": {"result": main_result, "ran_here": ran_here, "errors": main_errors},
         "params": _flat_params(unwrap_model(ddp)).tolist(),
     }
     reports = [None] * ctx.world_size

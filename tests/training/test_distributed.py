@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
-
 from conftest import TORCHRUN_VARS, run_torchrun
+from torch import nn
 
 from vitprune.errors import VitpruneError
 from vitprune.training import distributed
@@ -21,8 +20,10 @@ from vitprune.training.distributed import (
     init_distributed,
     is_main_process,
     merge_moments,
+    on_main,
     reduce_metrics,
     reduce_moments,
+    shard_dataset,
     shutdown_distributed,
     unwrap_model,
     welford_update,
@@ -80,6 +81,9 @@ def test_single_process_reductions_are_identities(no_torchrun_env):
     count, mean, m2 = reduce_moments(torch.tensor(3), torch.tensor([1.0, 2.0]), torch.tensor([0.5, 4.0]))
     assert count.item() == 3 and mean.tolist() == [1.0, 2.0] and m2.tolist() == [0.5, 4.0]
     assert mean.dtype == torch.float64
+    assert on_main(lambda: plan) is plan
+    with pytest.raises(OSError, match="disk full"):  # one process: the exception itself, untouched
+        on_main(lambda: (_ for _ in ()).throw(OSError("disk full")))
 
 
 def test_single_process_wrap_is_the_model(no_torchrun_env):
@@ -142,6 +146,17 @@ def test_merge_accepts_per_feature_counts():
     count, mean, m2 = merge_moments(a, b)
     assert count.tolist() == [12.0, 12.0]
     _assert_moments((torch.tensor(12.0, dtype=torch.float64), mean, m2), _whole(x))
+
+
+@pytest.mark.parametrize("length, world_size", [(7, 2), (10, 3), (2, 3)])
+def test_shards_are_disjoint_and_cover_the_dataset_in_order(length, world_size):
+    data = list(range(length))
+    shards = [shard_dataset(data, DistContext(rank, world_size, rank, torch.device("cpu"), "gloo"))
+              for rank in range(world_size)]
+    assert [list(s) for s in shards] == [data[rank::world_size] for rank in range(world_size)]  # some may be empty
+    assert sorted(i for s in shards for i in s) == data
+    assert shard_dataset(data, None) is data
+    assert shard_dataset(data, DistContext(0, 1, 0, torch.device("cpu"), None)) is data
 
 
 def test_user_mistakes_raise_one_line_errors(no_torchrun_env, monkeypatch):
@@ -212,6 +227,18 @@ def test_two_ranks_reductions(two_rank_run):
         assert r["moments"]["m2"] == pytest.approx(expected["moments"]["m2"], rel=1e-10)
     # Merged in rank order on every rank: bit-identical results.
     assert two_rank_run["reports"][0]["moments"] == two_rank_run["reports"][1]["moments"]
+
+
+@pytest.mark.slow
+def test_two_ranks_on_main_runs_once_and_fails_everywhere(two_rank_run):
+    reports = two_rank_run["reports"]
+    assert [r["on_main"]["ran_here"] for r in reports] == [[0], []]
+    assert [r["on_main"]["result"] for r in reports] == [{"computed_by": 0}] * 2
+    # Rank 0 re-raises what it caught; the others raise one line with its message, so none waits forever.
+    assert reports[0]["on_main"]["errors"] == [["VitpruneError", "no space left in the run directory"],
+                                               ["OSError", "disk full"]]
+    assert reports[1]["on_main"]["errors"] == [["VitpruneError", "no space left in the run directory"],
+                                               ["VitpruneError", "rank 0 failed: OSError: disk full"]]
 
 
 @pytest.mark.slow

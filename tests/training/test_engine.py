@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from vitprune.methods.hiap.search import HiAPTraining
 from vitprune.surgery import add_depth_gates, prune_mlp_neurons
 from vitprune.training import evaluate
 from vitprune.training.engine import CHECKPOINT_DIR, METRICS_FILE, STATE_FILE, TrainConfig, Trainer, TrainHooks
+from vitprune.training.sampler import SeededSamples
 
 
 def _small_model(seed: int = 0):
@@ -115,7 +117,9 @@ def test_accumulation_and_ema(tmp_path):
 @pytest.mark.parametrize("kwargs, match", [
     ({"epochs": 0}, "epochs must be at least 1"), ({"lr": 0.0}, "learning rate must be positive"),
     ({"optimizer": "lamb"}, "unknown optimizer 'lamb'"), ({"accum_steps": 0}, "accumulation steps"),
-    ({"ema_decay": 1.5}, "EMA decay"),
+    ({"ema_decay": 1.5}, "EMA decay"), ({"re_prob": 1.5}, "random-erasing probability"),
+    ({"aug_repeats": 0}, "augmentation repeats"), ({"drop_path": 1.0}, "drop-path rate"),
+    ({"warmup_lr": -1.0}, "warm-up lr"), ({"auto_augment": "rand-q3"}, "timm cannot build the augmentation"),
 ])
 def test_bad_settings(kwargs, match):
     with pytest.raises(VitpruneError, match=match):
@@ -243,3 +247,108 @@ def test_norms_biases_tokens_and_gates_are_not_decayed(name, kwargs, tokens):
     decayed = {id(p) for g in groups if g["weight_decay"] for p in g["params"]}
     assert not decayed & {id(p) for p in vitprune.get_adapter(model).no_decay_parameters()}
     assert all(p.ndim > 1 for p in model.parameters() if id(p) in decayed)
+
+
+# --- DeiT's regularisation: each setting takes effect ------------------------------------------
+
+
+def test_warm_up_starts_from_warmup_lr():
+    """The scheduler's first lr is ``warmup_lr`` (DeiT's 1e-6), by default a thousandth of the peak."""
+    data = _data(64)
+    for warmup_lr, first in ((1e-6, 1e-6), (None, 1e-3 * 1e-3)):
+        config = TrainConfig(epochs=2, lr=1e-3, batch_size=32, warmup_epochs=1, warmup_lr=warmup_lr)
+        trainer = Trainer(_small_model(), data, config)
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(first)
+        trainer.scheduler.step_update(num_updates=1)  # halfway up the warm-up's 2 steps
+        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(first + (1e-3 - first) / 2)
+
+
+class SeesDropPath(TrainHooks):
+    """Records each block's drop-path rates at the first optimisation step."""
+
+    def on_step_start(self, trainer: Trainer) -> None:
+        if trainer.step == 0:
+            self.rates = _drop_rates(trainer.model)
+
+
+def _drop_rates(model) -> list[float]:
+    return [getattr(module, "drop_prob", 0.0) for view in vitprune.get_adapter(model).blocks()
+            for module in (view.drop_path1, view.drop_path2)]
+
+
+def test_drop_path_is_set_on_the_blocks_while_training():
+    """Stochastic depth rises linearly from 0 at the first block to ``drop_path`` at the last (timm's rule) while
+    the run trains; the model leaves with its own modules, which its recipe rebuilds."""
+    model = vitprune.create_model("digits-vit", depth=3)
+    own = [module for view in vitprune.get_adapter(model).blocks() for module in (view.drop_path1, view.drop_path2)]
+    seen = SeesDropPath()
+    Trainer(model, _data(64), TrainConfig(epochs=1, batch_size=32, drop_path=0.2), hooks=seen).fit()
+    assert seen.rates == pytest.approx([0.0, 0.0, 0.1, 0.1, 0.2, 0.2])
+    assert [m for v in vitprune.get_adapter(model).blocks() for m in (v.drop_path1, v.drop_path2)] == own
+    untouched = SeesDropPath()
+    Trainer(vitprune.create_model("digits-vit", depth=3), _data(64), TrainConfig(epochs=1, batch_size=32),
+            hooks=untouched).fit()
+    assert untouched.rates == [0.0] * 6
+    with pytest.raises(VitpruneError, match="drop path needs the model's blocks"):
+        Trainer(torch.nn.Linear(4, 2), TensorDataset(torch.zeros(4, 4), torch.zeros(4, dtype=torch.long)),
+                TrainConfig(epochs=1, batch_size=2, drop_path=0.1))
+
+
+def test_repeated_augmentation_repeats_each_image_in_the_epoch():
+    trainer = Trainer(_small_model(), _data(60), TrainConfig(epochs=1, batch_size=30, aug_repeats=3))
+    trainer.sampler.set_epoch(0)
+    keys = list(trainer.sampler)
+    order = [index for index, _ in keys]
+    assert len(order) == 60 and len(set(order)) == 20
+    assert order == [i for i in order[::3] for _ in range(3)]
+    assert len({seed for _, seed in keys}) == 60  # each copy of an image is augmented under its own seed
+    assert trainer.fit()[0]["step"] == 2
+
+
+def test_the_training_set_gets_the_runs_augmentation(tmp_path):
+    """RandAugment and random erasing reach the images the run trains on: the Trainer rebuilds the training
+    transform of a dataset from build_dataset (and of a Subset of one); the digits, which augment themselves, are
+    refused in one line."""
+    from PIL import Image
+    from timm.data.auto_augment import RandAugment
+    from timm.data.random_erasing import RandomErasing
+
+    from vitprune.data import build_dataset
+
+    for label in ("a", "b"):
+        (tmp_path / label).mkdir()
+        for i in range(4):
+            Image.new("L", (32, 32), 60 * i).save(tmp_path / label / f"{i}.png")
+    model = _small_model()
+    train = build_dataset(str(tmp_path), "train", input_size=vitprune.get_adapter(model).input_size)
+    config = TrainConfig(epochs=1, batch_size=4, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25)
+    trainer = Trainer(model, Subset(train, range(6)), config)
+    steps = trainer.loader.dataset.dataset.dataset.transform.transforms  # SeededSamples(Subset(the rebuilt set))
+    assert any(isinstance(t, RandAugment) for t in steps) and any(isinstance(t, RandomErasing) for t in steps)
+    assert not any(isinstance(t, RandAugment) for t in train.transform.transforms)  # the caller's set is left alone
+    assert trainer.fit()[0]["step"] == 2
+    with pytest.raises(VitpruneError, match="the digits data augments itself"):
+        Trainer(_small_model(), build_dataset("digits", "train", input_size=(1, 32, 32)), config)
+
+
+def test_loader_workers_change_nothing_but_the_speed():
+    """Each image is augmented under its own seed, so worker processes draw exactly what the main process would."""
+    config = TrainConfig(epochs=1, lr=2e-3, batch_size=16, seed=3)
+    runs = []
+    for workers in (0, 2):
+        model = _small_model()
+        Trainer(model, _data(48), replace(config, workers=workers)).fit()
+        runs.append(model.state_dict())
+    for name, value in runs[0].items():
+        torch.testing.assert_close(runs[1][name], value, rtol=0, atol=0, msg=name)
+
+
+def test_an_image_is_augmented_by_its_seed_alone():
+    data = SeededSamples(_data(4))
+    first, again, other = data[(1, 7)][0], data[(1, 7)][0], data[(1, 8)][0]
+    torch.manual_seed(0)
+    before = torch.rand(3)
+    torch.manual_seed(0)
+    data[(1, 9)]  # reading a sample leaves the caller's generator where it was
+    assert torch.equal(torch.rand(3), before)
+    assert torch.equal(first, again) and not torch.equal(first, other)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from timm.layers import DropPath
 from torch import nn
 
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
@@ -426,6 +427,38 @@ class ViTAdapter(ABC):
     @abstractmethod
     def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
         """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
+
+    def set_drop_path(self, rate: float) -> Callable[[], None]:
+        """Stochastic depth for training: block ``i`` of ``n`` drops each residual branch with probability
+        ``rate · i / (n − 1)`` (timm's and DeiT's ``drop_path_rate`` rule); ``rate`` 0 turns it off. The blocks'
+        :attr:`BlockView.drop_path1`/``drop_path2`` modules are replaced; returns the function that puts the
+        replaced ones back (so that a model leaves training with the structure its recipe rebuilds). A family whose
+        branches end in anything but an identity or a timm ``DropPath`` (Hugging Face's shared hidden dropout) is
+        refused in one line, before anything changes."""
+        if not 0 <= rate < 1:
+            raise VitpruneError(f"drop-path rate must lie in [0, 1), got {rate}")
+        views = self.blocks()
+        slots = []  # (block module, attribute name, current module, new rate)
+        for view, block_rate in zip(views, torch.linspace(0, rate, len(views)).tolist()):
+            for current in (view.drop_path1, view.drop_path2):
+                if current is None:  # the branch is gone (attention removed without a norm)
+                    continue
+                if type(current) not in (nn.Identity, DropPath):
+                    raise VitpruneError(f"{self.family} blocks have no stochastic depth to set: their residual "
+                                        f"branches end in a {type(current).__name__}")
+                names = [name for name, child in view.module.named_children() if child is current]
+                if not names:
+                    raise RuntimeError(f"{view.name}: its drop-path module is not one of the block's own")
+                slots += [(view.module, name, current, block_rate) for name in names]
+        for block, name, _, block_rate in slots:
+            module = DropPath(block_rate) if block_rate > 0 else nn.Identity()
+            setattr(block, name, module.train(block.training))
+
+        def restore() -> None:
+            for block, name, previous, _ in slots:
+                setattr(block, name, previous)
+
+        return restore
 
     def save_native(self, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
         """Write the model in its own library's format, which loads without vitprune, kept only if the reloaded

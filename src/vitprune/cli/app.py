@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from typing import Any
@@ -37,13 +38,18 @@ MODEL_HELP = ("A timm model name, 'digits-vit' (the embedded default), 'lvvit-s'
 
 
 def print_json(data: Any) -> None:
-    """Print ``data`` as JSON on stdout (nothing else is printed there in --json mode)."""
+    """Print ``data`` as JSON on stdout (nothing else is printed there in --json mode; under torchrun, rank 0's
+    only)."""
+    if console.quiet:
+        return
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning user errors into one line on stderr and a non-zero exit."""
     args = sys.argv[1:] if argv is None else list(argv)
+    # Under torchrun every process runs the command; one report, one table and one error line come from rank 0.
+    console.quiet = err_console.quiet = _rank() > 0
     try:
         # Typer turns Ctrl-C into exit code 130, which it returns (not raises) when not in standalone mode.
         if app(args=args, standalone_mode=False) == INTERRUPTED:
@@ -55,10 +61,19 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except _ClickException as exc:
-        exc.show()
+        if not err_console.quiet:
+            exc.show()
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted(args)
+
+
+def _rank() -> int:
+    """This process's rank under torchrun (``RANK``), 0 outside it."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:  # init_distributed names the bad variable when the command starts
+        return 0
 
 
 #: The exit status of an interrupted command (128 + SIGINT), as shells report it.

@@ -1,5 +1,5 @@
 """``vitprune chain`` (any sequence of methods from a chain file, with fine-tuning where the file puts it) and
-``vitprune prune hetdpt+`` (the chain HetDPT depth pruning -> width pruning -> fine-tune)."""
+``vitprune prune hetdpt+`` (the chain HetDPT with its Stage-2 recovery -> width pruning -> fine-tune)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from vitprune.cli.options import (
 )
 from vitprune.cli.prune import PRESET_OPT, SPLIT_OPT, _load_inputs, _show, hetdpt_preset_for, prune_app
 from vitprune.measure import SpeedConfig
-from vitprune.methods.hetdpt.pipeline import STEP_OVERRIDES, HetDPTConfig, StageOverrides
+from vitprune.methods.hetdpt.pipeline import HetDPTConfig, StageOverrides
 from vitprune.methods.width.pipeline import WidthConfig
 
 #: The width settings HetDPT+ takes: all but a ratio (it prunes to a MAC target).
-_PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "embed", "isomorphic", "round_to", "batches")
+_PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "head_dims", "embed", "isomorphic", "round_to",
+               "taylor_batches", "taylor_batch_size")
 
 
 @app.command()
@@ -97,8 +98,9 @@ def hetdpt_plus(
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """HetDPT+: HetDPT depth pruning, then width pruning (Isomorphic Pruning) to --macs, then one fine-tune with
-    distillation from the unpruned model (HetDPT's Stage 2 settings)."""
+    """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
+    recovered model (Isomorphic Pruning) to --macs, then the width recovery fine-tune; both fine-tunes distil from
+    the unpruned model with HetDPT's Stage-2 settings."""
     from dataclasses import asdict
 
     from vitprune.cli.render import render_chain
@@ -110,7 +112,7 @@ def hetdpt_plus(
     settings = configure(name, **stages, **config)
     finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
                 "tau": settings.tau}
-    hetdpt = {k: v for k, v in stages.items() if k in STEP_OVERRIDES}
+    hetdpt = {**stages, **config}  # the options named: HetDPT's own Stage 2 takes them all
     steps = hetdpt_plus_steps(budget=budget, target_macs=width.target_macs, split=split, preset=name,
                               convention=width.convention, finetune=finetune, hetdpt=hetdpt,
                               width={k: v for k, v in width.to_dict().items()

@@ -17,7 +17,7 @@ from vitprune.cli.options import (
 )
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
-from vitprune.measure import SpeedConfig
+from vitprune.measure import CONVENTIONS, SpeedConfig
 from vitprune.models import resolve_model
 from vitprune.recipe import read_document
 
@@ -32,7 +32,7 @@ class DType(str, Enum):
 def profile(
     model: str = typer.Argument(..., help=MODEL_HELP),
     convention: Convention = typer.Option(
-        Convention.full, help="full: with attention matmuls (QK^T, AV); linear: linear/conv layers only."),
+        Convention.full, help="; ".join(f"{name}: {what}" for name, what in CONVENTIONS.items())),
     json_out: bool = JSON_OPT,
 ) -> None:
     """MACs (per image) and parameters, block by block. Weights are not needed and never downloaded."""

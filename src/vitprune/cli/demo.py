@@ -41,6 +41,7 @@ def demo(
     model = create_model("digits-vit", pretrained=True)
     input_size = get_adapter(model).input_size
     train, val = (build_dataset("digits", split, input_size=input_size) for split in ("train", "val"))
+    plain_train = build_dataset("digits", "train", input_size=input_size, is_training=False)
     metrics = evaluate(model, build_loader(val, 256, shuffle=False, seed=0), progress=not json_out)
     full, linear = count_macs(model), count_macs(model, convention="linear")
     latency, throughput = ((measure_speed(model, batch_size=batch, repeats=repeats, progress=not json_out)
@@ -57,7 +58,7 @@ def demo(
     if fresh and out.exists():
         shutil.rmtree(out)
     report = run_hetdpt(model, train, val, budget=budget, run_dir=out, config=preset("digits"), progress=not json_out,
-                        resume=True, speed=speed_config(speed, speed_batch, repeats),
+                        calibration_set=plain_train, resume=True, speed=speed_config(speed, speed_batch, repeats),
                         log=(lambda _m: None) if json_out else err_console.print)
     if json_out:
         print_json({

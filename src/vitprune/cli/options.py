@@ -15,13 +15,11 @@ import typer
 
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig
+from vitprune.measure import CONVENTIONS, SpeedConfig
 from vitprune.surgery import IDENTITY_HELP
 
-
-class Convention(str, Enum):
-    full = "full"
-    linear = "linear"
+#: The MAC conventions, from their single source.
+Convention = Enum("Convention", {name: name for name in CONVENTIONS}, type=str)
 
 
 class AttentionIdentity(str, Enum):
@@ -65,7 +63,22 @@ def speed_config(speed: bool, speed_batch: int, repeats: int) -> SpeedConfig:
     return SpeedConfig(enabled=speed, batch_size=speed_batch, pairs=repeats)
 
 
+def distributed(device: str):
+    """The process group this command joins under ``torchrun`` (one process outside it), each process on its
+    device: ``cuda:LOCAL_RANK`` where --device allows CUDA. The pipelines shard their statistics over it, train
+    data-parallel and write from rank 0 (docs/scaling.md)."""
+    from vitprune.training.distributed import init_distributed
+
+    return init_distributed(device)
+
+
 def check_target(path: Path, overwrite: bool, option: str) -> None:
-    """Refuse, before any work, to write over an existing ``path`` unless ``overwrite``."""
-    if path.exists() and not overwrite:
-        raise VitpruneError(f"{path} already exists; pass --overwrite to replace it, or choose another {option}")
+    """Refuse, before any work, to write over an existing ``path`` unless ``overwrite``. Under torchrun rank 0
+    looks (join the group first, :func:`distributed`), so no rank finds what rank 0 has just written."""
+    from vitprune.training.distributed import on_main
+
+    def check() -> None:
+        if path.exists() and not overwrite:
+            raise VitpruneError(f"{path} already exists; pass --overwrite to replace it, or choose another {option}")
+
+    on_main(check)

@@ -13,7 +13,7 @@ from rich.table import Table
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT,
-    REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, check_target, speed_config,
+    REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, check_target, distributed, speed_config,
 )
 from vitprune.cli.config_options import config_options
 from vitprune.cli.render import ratio, render_comparison
@@ -28,9 +28,11 @@ from vitprune.methods.width.pipeline import WidthConfig
 from vitprune.methods.star.pipeline import STARConfig
 from vitprune.methods.vbp.pipeline import VBPConfig
 from vitprune.training import TrainConfig
+from vitprune.training.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
     from vitprune.methods.depth import DepthReport
+    from vitprune.methods.hetdpt.merge import MergeReport
     from vitprune.methods.width import WidthReport
 
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
@@ -39,13 +41,40 @@ app.add_typer(prune_app, name="prune")
 
 
 SPLIT_OPT = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type.")
-PRESET_OPT = typer.Option(None, help="HetDPT's settings: digits (minutes on a CPU) or imagenet (the reference "
-                                     "scale); default by --data.")
+PRESET_OPT = typer.Option(None, help="HetDPT's settings: digits (minutes on a CPU) or imagenet-hetdpt (the paper's "
+                                     "recipe at its code's scale, docs/recipes.md; alias imagenet); default by --data.")
+
+#: A training preset (:mod:`vitprune.training.presets`); :func:`get_preset` refuses an unknown name in one line.
+TRAIN_PRESET_OPT = typer.Option(None, "--preset", help=f"Train with a paper's recipe ({', '.join(PRESETS)}; "
+                                                       "docs/recipes.md): its epochs, batch, schedule and "
+                                                       "augmentation; the options here change it.")
 
 
 def hetdpt_preset_for(preset: str | None, data: str) -> str:
-    """HetDPT's preset: the one asked for, else ``digits`` for the digits data and ``imagenet`` for any other."""
-    return preset or ("digits" if data == "digits" else "imagenet")
+    """HetDPT's preset: the one asked for, else ``digits`` for the digits data and ``imagenet-hetdpt`` for any
+    other."""
+    return preset or ("digits" if data == "digits" else "imagenet-hetdpt")
+
+
+def _training(recipe: TrainConfig, *, epochs: int, batch_size: int | None, lr: float | None,
+              seed: int | None, workers: int | None = None) -> TrainConfig:
+    """``recipe`` for ``epochs`` at ``batch_size`` (``None``: its own), its lr scaled with the batch
+    (:meth:`TrainConfig.at_batch`, ``lr = base_lr · batch / 512``) unless ``lr`` is given; ``seed`` and ``workers``
+    ``None``: its own."""
+    train = recipe.at_batch(batch_size) if batch_size is not None else recipe
+    changes = {"epochs": epochs, "lr": lr, "seed": seed, "workers": workers}
+    return replace(train, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _state_lr(train: TrainConfig | None, recipe: TrainConfig, json_out: bool) -> None:
+    """Under the printed report, the peak lr the run trained at and how it follows from the recipe's (the JSON
+    report's ``config`` holds it)."""
+    if json_out or train is None:
+        return
+    how = ("the recipe's" if train.lr == recipe.lr and train.batch_size == recipe.batch_size
+           else "scaled with the batch" if train.lr == recipe.at_batch(train.batch_size).lr else "given")
+    console.print(f"trained at lr {train.lr:.3g} for a global batch of {train.batch_size} ({how}; the recipe: "
+                  f"{recipe.lr:.3g} at {recipe.batch_size})")
 
 
 @prune_app.command()
@@ -64,16 +93,16 @@ def depth(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
+    ctx = distributed(device)
     check_target(out, overwrite, "--out")
     config.validate()
 
-    from vitprune.device import resolve_device
     from vitprune.methods.depth import run_depth
     from vitprune.models import resolve_model
 
     report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), config, out=out,
-                       name=model, speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
-                       progress=not json_out)
+                       name=model, speed=speed_config(speed, speed_batch, repeats), device=ctx.device,
+                       progress=not json_out and ctx.is_main, dist=ctx)
     _show_edit(report, json_out, title=f"{model}: attention removed in blocks {report.attention or 'none'}, "
                                        f"activation in {report.activation or 'none'} (identity '{report.identity}')")
 
@@ -96,7 +125,7 @@ def width(
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, head dims or heads, FFN neurons),
+    """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, heads and head dims, FFN neurons),
     cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
     check_target(out, overwrite, "--out")
     config.validate()
@@ -109,20 +138,22 @@ def width(
         raise VitpruneError("taylor importance needs --data")
     if data is not None:
         dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                                   download=download)
+                                   download=download, calibration=True)
     else:
-        dense, sets = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), {"train": None}
-    report = run_width(dense, config, out=out, train_set=sets["train"], name=model,
+        dense, sets = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), {"calibration": None}
+    # Taylor importance ranks on training images under the evaluation transform.
+    report = run_width(dense, config, out=out, train_set=sets["calibration"], name=model,
                        speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
                        progress=not json_out)
     _show_edit(report, json_out, title=f"{model}: width ratio {report.ratio:.4f} ({config.importance}, "
                                        f"{'isomorphic' if config.isomorphic else 'global'}, "
-                                       f"{'heads' if config.heads else 'head dims'}"
+                                       f"heads {config.heads:g}, head dims {config.head_dims:g}"
                                        f"{', stream channels' if config.embed else ''})")
 
 
-def _show_edit(report: DepthReport | WidthReport, json_out: bool, *, title: str) -> None:
-    """Print what depth or width pruning did: as JSON, or as a before/after table under ``title`` with the speed."""
+def _show_edit(report: DepthReport | WidthReport | MergeReport, json_out: bool, *, title: str) -> None:
+    """Print what depth or width pruning or a merge did: as JSON, or as a before/after table under ``title`` with the
+    speed."""
     if json_out:
         print_json(report.to_dict())
         return
@@ -165,39 +196,73 @@ def hetdpt(
 ) -> None:
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
     from vitprune.cli.render import render_hetdpt
-    from vitprune.device import resolve_device
     from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
 
     chosen_split = parse_split(split)
     settings = configure(hetdpt_preset_for(preset, data), **stages, **config)
+    ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download)
+                               download=download, calibration=True)
     report = run_hetdpt(dense, sets["train"], sets["val"], budget=budget, split=chosen_split, run_dir=out,
-                        config=settings, device=resolve_device(device), progress=not json_out, resume=resume,
+                        config=settings, device=ctx.device, progress=not json_out and ctx.is_main, resume=resume,
+                        dist=ctx,
                         predictor=predictor, speed=speed_config(speed, speed_batch, repeats),
-                        log=(lambda _m: None) if json_out else err_console.print)
+                        calibration_set=sets["calibration"], log=(lambda _m: None) if json_out else err_console.print)
     _show(model, report, render_hetdpt, json_out)
 
 
-#: VBP's fine-tuning as the paper runs it: the defaults of --lr and --batch-size.
+@prune_app.command()
+def merge(
+    model: str = typer.Argument(..., help="A model saved with fc1 and fc2 apart (`prune hetdpt --no-merge`, "
+                                          "fine-tuned since or not)."),
+    out: Path = typer.Option(..., "--out", help="Directory to save the merged model to."),
+    fold_norm: bool = typer.Option(False, "--fold-norm", help="Fold each merged block's LN2 affine into its Linear."),
+    pretrained: bool = PRETRAINED_OPT,
+    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    speed: bool = SPEED_OPT,
+    speed_batch: int = SPEED_BATCH_OPT,
+    repeats: int = REPEATS_OPT,
+    device: str = DEVICE_OPT,
+    overwrite: bool = OVERWRITE_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Merge each fc1·fc2 pair left apart by a removed activation into one Linear (exact); show before/after."""
+    ctx = distributed(device)
+    check_target(out, overwrite, "--out")
+
+    from vitprune.methods.hetdpt.merge import run_merge
+    from vitprune.models import resolve_model
+
+    report = run_merge(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), out=out,
+                       fold_norm=fold_norm, name=model, speed=speed_config(speed, speed_batch, repeats),
+                       device=ctx.device, progress=not json_out and ctx.is_main, dist=ctx)
+    _show_edit(report, json_out, title=f"{model}: fc1·fc2 merged in blocks {report.merged_blocks} (largest output "
+                                       f"change {report.max_abs_difference:.2g})")
+
+
+#: VBP's fine-tuning as the paper runs it: the recipe without --preset.
 _VBP_FINETUNE = VBPConfig().finetune
 
 
 @prune_app.command()
 @config_options(VBPConfig)
+@config_options(TrainConfig, param="loading", fields=("workers",), overrides=True)
 def vbp(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     config: VBPConfig = ...,
+    loading: dict = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning, model/, report."),
-    finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0, help="Fine-tuning epochs after pruning "
-                                                                            "(paper: 10; 0: none)."),
-    distill: bool = typer.Option(False, "--distill/--no-distill", help="Fine-tune with soft distillation from the "
-                                                                       "unpruned model (the paper does)."),
-    lr: float = typer.Option(_VBP_FINETUNE.lr, "--lr", help="Fine-tuning learning rate (paper: 1.5e-5, cosine, "
-                                                            "AdamW)."),
-    batch_size: int = typer.Option(_VBP_FINETUNE.batch_size, "--batch-size", "-b", min=1,
-                                   help="Fine-tuning batch (paper: 32)."),
+    preset: Optional[str] = TRAIN_PRESET_OPT,
+    finetune_epochs: Optional[int] = typer.Option(None, "--finetune-epochs", min=0, help="Fine-tuning epochs after "
+                                                  "pruning (paper: 10; 0: none)  [default: the preset's, else 0]"),
+    distill: Optional[bool] = typer.Option(None, "--distill/--no-distill", help="Fine-tune with soft distillation "
+                                           "from the unpruned model (the paper does)  [default: on with --preset]"),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Fine-tuning peak learning rate  [default: the recipe's "
+                                       f"(paper: {_VBP_FINETUNE.lr:g} at batch {_VBP_FINETUNE.batch_size}), scaled "
+                                       "with --batch-size]"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Fine-tuning global batch  "
+                                             f"[default: the recipe's (paper: {_VBP_FINETUNE.batch_size})]"),
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -213,34 +278,48 @@ def vbp(
     from vitprune.cli.render import render_vbp
     from vitprune.methods.vbp.pipeline import run_vbp
 
-    # The command line fine-tunes, and distils, only when asked (the API's defaults are the paper's run).
-    finetune = (replace(_VBP_FINETUNE, epochs=finetune_epochs, lr=lr, batch_size=batch_size, seed=config.seed)
-                if finetune_epochs else None)
-    config = replace(config, finetune=finetune, distill="soft" if distill else "none")
+    # The command line fine-tunes, and distils, only when asked or given a preset (the API's defaults are the
+    # paper's run).
+    recipe = get_preset(preset).train if preset else _VBP_FINETUNE
+    epochs = finetune_epochs if finetune_epochs is not None else recipe.epochs if preset else 0
+    finetune = (_training(recipe, epochs=epochs, batch_size=batch_size, lr=lr, seed=config.seed,
+                          workers=loading.get("workers")) if epochs else None)
+    distill = distill if distill is not None else preset is not None
+    config = replace(config, finetune=finetune, distill=VBPConfig.distill if distill else "none")
     config.validate()
     _run_calibrated(run_vbp, render_vbp, config, model=model, data=data, out=out, pretrained=pretrained,
                     checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
                     speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
+    _state_lr(finetune, recipe, json_out)
 
 
-#: STAR's fine-tuning as the paper runs it: the default of --lr.
-_STAR_FINETUNE = STARConfig().finetune
+#: STAR's fine-tuning schedule without --preset: the paper's (STARConfig's), without DeiT's augmentation and EMA,
+#: which need image data and GPUs, at a batch of 64 by default (the paper's 2048 needs several GPUs).
+_STAR_PAPER = STARConfig().finetune
+_STAR_FINETUNE = TrainConfig(epochs=_STAR_PAPER.epochs, lr=_STAR_PAPER.lr, min_lr=_STAR_PAPER.min_lr,
+                             batch_size=_STAR_PAPER.batch_size)
+_STAR_BATCH = 64
 
 
 @prune_app.command()
 @config_options(STARConfig)
+@config_options(TrainConfig, param="loading", fields=("workers",), overrides=True)
 def star(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out",
                              help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
     config: STARConfig = ...,
-    finetune_epochs: int = typer.Option(0, "--finetune-epochs", min=0,
-                                        help="Fine-tuning epochs (paper: 120; 0: none)."),
-    lr: float = typer.Option(_STAR_FINETUNE.lr, "--lr", help="Fine-tuning learning rate (paper: cosine 2e-5 -> "
-                                                             "2e-9)."),
-    # Smaller than the paper's 256, which needs several GPUs.
-    batch_size: int = typer.Option(64, "--batch-size", "-b", min=1, help="Fine-tuning batch."),
+    loading: dict = ...,
+    preset: Optional[str] = TRAIN_PRESET_OPT,
+    finetune_epochs: Optional[int] = typer.Option(None, "--finetune-epochs", min=0, help="Fine-tuning epochs "
+                                                  "(paper: 120; 0: none)  [default: the preset's, else 0]"),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Fine-tuning peak learning rate, cosine down to the "
+                                       f"recipe's min lr  [default: the recipe's (paper: {_STAR_PAPER.lr:g} at batch "
+                                       f"{_STAR_PAPER.batch_size}, to {_STAR_PAPER.min_lr:g}), scaled with "
+                                       "--batch-size]"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Fine-tuning global batch  "
+                                             f"[default: the preset's, else {_STAR_BATCH}]"),
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -256,25 +335,32 @@ def star(
     from vitprune.cli.render import render_star
     from vitprune.methods.star.pipeline import run_star
 
-    # The command line fine-tunes only when asked; the cosine ends at lr·1e-4, as the paper's 2e-5 -> 2e-9.
-    finetune = (TrainConfig(epochs=finetune_epochs, lr=lr, min_lr=lr * 1e-4, batch_size=batch_size, seed=config.seed)
-                if finetune_epochs else None)
+    # The command line fine-tunes only when asked or given a preset.
+    recipe = get_preset(preset).train if preset else _STAR_FINETUNE
+    epochs = finetune_epochs if finetune_epochs is not None else recipe.epochs if preset else 0
+    batch = batch_size if batch_size is not None or preset else _STAR_BATCH
+    finetune = (_training(recipe, epochs=epochs, batch_size=batch, lr=lr, seed=config.seed,
+                          workers=loading.get("workers")) if epochs else None)
     config = replace(config, finetune=finetune)
     config.validate()
     _run_calibrated(run_star, render_star, config, model=model, data=data, out=out, pretrained=pretrained,
                     checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
                     speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
+    _state_lr(finetune, recipe, json_out)
 
 
 @prune_app.command()
 @config_options(HiAPConfig)
-@config_options(TrainConfig, param="train", fields=("epochs", "lr", "batch_size", "seed"), defaults=HIAP_TRAIN)
+@config_options(TrainConfig, param="train", fields=("lr", "batch_size", "seed", "workers"), overrides=True)
 def hiap(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: str = DATA_OPT,
     out: Path = typer.Option(..., "--out", help="Run directory: training run, gates, model/, plot, report."),
     config: HiAPConfig = ...,
-    train: TrainConfig = ...,
+    preset: Optional[str] = TRAIN_PRESET_OPT,
+    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="Training epochs (paper: 200)  [default: the "
+                                                                       "preset's; required without one]"),
+    train: dict = ...,
     resume: bool = RESUME_OPT,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -288,19 +374,26 @@ def hiap(
 ) -> None:
     """HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the model."""
     from vitprune.cli.render import render_hiap, render_hiap_epoch
-    from vitprune.device import resolve_device
     from vitprune.methods.hiap import run_hiap
 
+    # Without --preset: HiAP's schedule (TRAIN_DEFAULTS, the paper's lr and batch without its augmentation).
+    if preset is None and epochs is None:
+        raise VitpruneError("give --epochs, or --preset for a paper's recipe (HiAP's: --preset imagenet-hiap)")
+    recipe = get_preset(preset).train if preset else TrainConfig(epochs=epochs, **HIAP_TRAIN)
+    training = _training(recipe, epochs=epochs or recipe.epochs,
+                         **{k: train.get(k) for k in ("batch_size", "lr", "seed", "workers")})
     config.validate()
-    train.validate()
+    training.validate()
+    ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download)
-    report = run_hiap(dense, sets["train"], sets["val"], run_dir=out, train=train, config=config,
-                      device=resolve_device(device), progress=not json_out, resume=resume,
+    report = run_hiap(dense, sets["train"], sets["val"], run_dir=out, train=training, config=config,
+                      device=ctx.device, progress=not json_out and ctx.is_main, resume=resume, dist=ctx,
                       speed=speed_config(speed, speed_batch, repeats),
                       log=(lambda _m: None) if json_out else err_console.print,
                       on_epoch=None if json_out else lambda stats: render_hiap_epoch(stats, config.target_macs))
     _show(model, report, render_hiap, json_out)
+    _state_lr(training, recipe, json_out)
 
 
 def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], None], config: Any, *, model: str,
@@ -308,12 +401,11 @@ def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], Non
                     download: bool, device: str, resume: bool, speed: SpeedConfig, json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
     method's pipeline into --out and show its report."""
-    from vitprune.device import resolve_device
-
+    ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download, calibration=True)
     report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
-                 device=resolve_device(device), progress=not json_out, resume=resume, speed=speed,
+                 device=ctx.device, progress=not json_out and ctx.is_main, resume=resume, speed=speed, dist=ctx,
                  log=(lambda _m: None) if json_out else err_console.print)
     _show(model, report, render, json_out)
 
@@ -325,9 +417,14 @@ def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optiona
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset
     from vitprune.models import resolve_model
+    from vitprune.training.distributed import on_main
 
     dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
     adapter = get_adapter(dense)
+    if download:  # under torchrun rank 0 fetches the data alone; the others then read what it wrote
+        on_main(lambda: build_dataset(data, "train", input_size=adapter.input_size, root=data_root, download=True,
+                                      data_config=adapter.data_config) and None)
+        download = False
     splits = [("train", "train", True), ("val", "val", False)] + ([("calibration", "train", False)] if calibration
                                                                    else [])
     sets = {name: build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,

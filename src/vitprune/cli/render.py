@@ -86,7 +86,9 @@ def render_hetdpt(model: str, report: HetDPTReport) -> None:
     split, predictor = report.split, report.predictor
     console.print(f"[bold]HetDPT on {model}[/] (starting checkpoint: {model}): budget {report.budget} layers = "
                   f"{split['attention']} attention + {split['activation']} activation (chosen by {split['chosen_by']})")
-    console.print(f"attention removed in blocks {report.attention}; activation removed (fc1·fc2 merged) in "
+    merged = ("fc1·fc2 merged" if report.merged_blocks == report.activation
+              else "fc1·fc2 kept apart, for `vitprune prune merge`")
+    console.print(f"attention removed in blocks {report.attention}; activation removed ({merged}) in "
                   f"blocks {report.activation}")
     if predictor is not None:
         fit = predictor["fit"]

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from vitprune.data.datasets import NAMED_DATASETS, SPLITS, build_dataset, build_loader
+from vitprune.data.datasets import (
+    AUGMENTATIONS,
+    NAMED_DATASETS,
+    SPLITS,
+    augmented,
+    build_dataset,
+    build_loader,
+    check_augmentation,
+)
 from vitprune.data.digits import (
     DIGITS_INPUT_SIZE,
     DIGITS_MEAN,
@@ -14,6 +22,7 @@ from vitprune.data.digits import (
 from vitprune.data.subset import balanced_subset
 
 __all__ = [
+    "AUGMENTATIONS",
     "DIGITS_INPUT_SIZE",
     "DIGITS_MEAN",
     "DIGITS_NUM_CLASSES",
@@ -21,8 +30,10 @@ __all__ = [
     "NAMED_DATASETS",
     "SPLITS",
     "DigitsDataset",
+    "augmented",
     "balanced_subset",
     "build_dataset",
     "build_loader",
+    "check_augmentation",
     "load_digits_split",
 ]

@@ -1,19 +1,23 @@
 """Datasets and loaders by name: ``digits``, ``cifar10``, ``cifar100`` or an image-folder path.
 
 CIFAR and image folders go through timm's ``create_dataset`` with timm's standard train/eval
-transforms, so a model sees the preprocessing it would see in a timm training script. Every
-problem the user can fix becomes one :class:`VitpruneError` line.
+transforms, so a model sees the preprocessing it would see in a timm training script; a training
+transform can add RandAugment and random erasing (``augment``), and :func:`augmented` gives a
+dataset built here the augmentation a training run asks for. Every problem the user can fix
+becomes one :class:`VitpruneError` line.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_dataset, create_transform, resolve_data_config
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitprune.cache import cache_dir
 from vitprune.data.digits import DIGITS_INPUT_SIZE, DigitsDataset
@@ -28,6 +32,23 @@ NAMED_DATASETS = ("digits", *_CIFAR)
 #: Image mode timm decodes to, by channel count of the model input.
 _IMAGE_MODES = {1: "L", 3: "RGB"}
 
+#: The random augmentation a training transform can add, and its "off" values: a timm RandAugment/AutoAugment
+#: policy (e.g. ``rand-m9-mstd0.5-inc1``) and the random-erasing probability (:class:`TrainConfig`'s fields).
+AUGMENTATIONS: dict[str, Any] = {"auto_augment": None, "re_prob": 0.0}
+
+#: Where a dataset built here keeps how its transform was made, so :func:`augmented` can rebuild it.
+_SPEC_ATTR = "_vitprune_transform_spec"
+
+
+@dataclass(frozen=True)
+class _TransformSpec:
+    """How :func:`build_dataset` made a dataset's transform (``input_size`` ``None``: the digits' own)."""
+
+    input_size: tuple[int, int, int] | None
+    is_training: bool
+    data_config: Mapping[str, Any] | None
+    augment: tuple[tuple[str, Any], ...]
+
 
 def build_dataset(
     spec: str,
@@ -38,6 +59,7 @@ def build_dataset(
     download: bool = False,
     is_training: bool | None = None,
     data_config: Mapping[str, Any] | None = None,
+    augment: Mapping[str, Any] | None = None,
 ) -> Dataset:
     """The ``split`` ("train" or "val") of dataset ``spec``, transformed for a model taking ``input_size``.
 
@@ -46,20 +68,66 @@ def build_dataset(
     :func:`vitprune.cache.cache_dir` / ``data``); ``download`` fetches it if absent. ``is_training`` selects random
     augmentation and defaults to ``split == "train"``. ``data_config`` is a timm data config (for
     example ``resolve_data_config(model=model)``) whose mean, std, interpolation and crop are used
-    instead of timm's ImageNet defaults; ``input_size`` always wins over its input size.
+    instead of timm's ImageNet defaults; ``input_size`` always wins over its input size. ``augment``
+    adds random augmentation to a training transform (keys of :data:`AUGMENTATIONS`, e.g.
+    :attr:`TrainConfig.augment <vitprune.training.TrainConfig.augment>`).
     """
     if split not in SPLITS:
         raise VitpruneError(f"unknown split {split!r} (expected one of: {', '.join(SPLITS)})")
     input_size = _check_input_size(input_size)
     if is_training is None:
         is_training = split == "train"
+    wanted = _augmentation(augment)
     if spec == "digits":
         if input_size != DIGITS_INPUT_SIZE:
             raise VitpruneError(f"digits images are {_fmt(DIGITS_INPUT_SIZE)} but the model expects {_fmt(input_size)}")
-        return DigitsDataset(split, augment=is_training)
+        _check_digits(wanted)
+        return _record(DigitsDataset(split, augment=is_training), _TransformSpec(None, is_training, None, ()))
+    if wanted and not is_training:
+        raise VitpruneError(f"random augmentation ({_describe(wanted)}) applies to training transforms only")
+    transform_spec = _TransformSpec(input_size, is_training, data_config, wanted)
     if spec in _CIFAR:
-        return _cifar(spec, split, root, download, input_size, is_training, data_config)
-    return _image_folder(spec, split, input_size, is_training, data_config)
+        return _record(_cifar(spec, split, root, download, transform_spec), transform_spec)
+    return _record(_image_folder(spec, split, transform_spec), transform_spec)
+
+
+def augmented(dataset: Dataset, augment: Mapping[str, Any]) -> Dataset:
+    """``dataset`` with the random augmentation ``augment`` asks for (keys of :data:`AUGMENTATIONS`).
+
+    A dataset from :func:`build_dataset` (or a ``Subset`` of one) that already has it comes back
+    as it is; otherwise a shallow copy comes back with its training transform rebuilt (``dataset``
+    itself is left alone). A dataset built elsewhere, one built with the evaluation transform and
+    the digits (which augment themselves) come back unchanged when no random augmentation is asked,
+    and are refused in one line when it is.
+    """
+    wanted = _augmentation(augment)
+    if isinstance(dataset, Subset):
+        inner = augmented(dataset.dataset, augment)
+        return dataset if inner is dataset.dataset else Subset(inner, dataset.indices)
+    spec = getattr(dataset, _SPEC_ATTR, None)
+    if spec is not None and spec.augment == wanted:
+        return dataset
+    if not wanted and (spec is None or not spec.is_training or spec.input_size is None):
+        return dataset
+    if spec is None:
+        raise VitpruneError(f"random augmentation ({_describe(wanted)}) needs a training set from "
+                            "vitprune.data.build_dataset, whose transform vitprune can rebuild")
+    if spec.input_size is None:
+        _check_digits(wanted)
+    if not spec.is_training:
+        raise VitpruneError(f"random augmentation ({_describe(wanted)}) cannot apply to a dataset built with the "
+                            "evaluation transform")
+    spec = replace(spec, augment=wanted)
+    copied = copy.copy(dataset)
+    copied.transform = _transform(spec)
+    return _record(copied, spec)
+
+
+def check_augmentation(augment: Mapping[str, Any]) -> None:
+    """Raise a one-line error for random augmentation timm cannot build (e.g. a malformed RandAugment policy)."""
+    wanted = _augmentation(augment)
+    if wanted:
+        _transform(_TransformSpec((3, 32, 32), True, None, wanted))
 
 
 def build_loader(
@@ -89,31 +157,57 @@ def _check_input_size(input_size: tuple[int, int, int]) -> tuple[int, int, int]:
     return size
 
 
-def _transform(input_size: tuple[int, int, int], is_training: bool, data_config: Mapping[str, Any] | None):
+def _augmentation(augment: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """The random augmentation ``augment`` asks for, without the settings left off, in a comparable form."""
+    augment = dict(augment or {})
+    unknown = sorted(set(augment) - set(AUGMENTATIONS))
+    if unknown:
+        raise ValueError(f"unknown augmentation settings {unknown} (known: {', '.join(AUGMENTATIONS)})")
+    return tuple((key, augment[key]) for key, off in AUGMENTATIONS.items() if augment.get(key, off) not in (off, ""))
+
+
+def _describe(wanted: tuple[tuple[str, Any], ...]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in wanted)
+
+
+def _check_digits(wanted: tuple[tuple[str, Any], ...]) -> None:
+    if wanted:
+        raise VitpruneError(f"the digits data augments itself and takes no other random augmentation "
+                            f"({_describe(wanted)}); use CIFAR or an image folder")
+
+
+def _record(dataset: Dataset, spec: _TransformSpec) -> Dataset:
+    setattr(dataset, _SPEC_ATTR, spec)
+    return dataset
+
+
+def _transform(spec: _TransformSpec):
+    input_size = spec.input_size
     channels = input_size[0]
     if channels not in _IMAGE_MODES:
         raise VitpruneError(f"image datasets need a model taking 1 or 3 channels, not {channels}")
-    args = {**(data_config or {}), "input_size": input_size}
+    args = {**(spec.data_config or {}), "input_size": input_size}
     if channels == 1:
         # Grayscale input: average RGB statistics to one channel rather than broadcasting the image to three.
         mean, std = args.get("mean", IMAGENET_DEFAULT_MEAN), args.get("std", IMAGENET_DEFAULT_STD)
         args.update(mean=(sum(mean) / len(mean),), std=(sum(std) / len(std),))
     cfg = resolve_data_config(args)
-    return create_transform(**cfg, is_training=is_training)
+    augment = dict(spec.augment)
+    if "re_prob" in augment:
+        # Erased pixels drawn per pixel from a normal distribution, once per image: DeiT's and timm's training
+        # scripts' --remode pixel --recount 1.
+        augment.update(re_mode="pixel", re_count=1)
+    try:
+        return create_transform(**cfg, is_training=spec.is_training, **augment)
+    except (AssertionError, KeyError, ValueError) as e:  # timm parses the policy string with asserts
+        raise VitpruneError(f"timm cannot build the augmentation {_describe(spec.augment)} ({e or type(e).__name__})"
+                            ) from None
 
 
-def _cifar(
-    spec: str,
-    split: str,
-    root: str | None,
-    download: bool,
-    input_size: tuple[int, int, int],
-    is_training: bool,
-    data_config: Mapping[str, Any] | None,
-) -> Dataset:
+def _cifar(spec: str, split: str, root: str | None, download: bool, transform_spec: _TransformSpec) -> Dataset:
     timm_name, label = _CIFAR[spec]
     root_dir = Path(root).expanduser() if root else cache_dir() / "data"
-    transform = _transform(input_size, is_training, data_config)
+    transform = _transform(transform_spec)
     try:
         return create_dataset(timm_name, root=str(root_dir), split=split, download=download, transform=transform)
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted"
@@ -132,13 +226,7 @@ def _cifar(
         ) from e
 
 
-def _image_folder(
-    spec: str,
-    split: str,
-    input_size: tuple[int, int, int],
-    is_training: bool,
-    data_config: Mapping[str, Any] | None,
-) -> Dataset:
+def _image_folder(spec: str, split: str, transform_spec: _TransformSpec) -> Dataset:
     path = Path(spec).expanduser()
     if not path.exists():
         if "/" in spec or "\\" in spec or spec.startswith((".", "~")):
@@ -147,11 +235,12 @@ def _image_folder(
         raise VitpruneError(f"unknown dataset {spec!r} (expected one of: {names}, or the path of an image folder)")
     if not path.is_dir():
         raise VitpruneError(f"data path {spec} is not a directory")
-    transform = _transform(input_size, is_training, data_config)
+    transform = _transform(transform_spec)
     try:
         # timm uses train/ or val/ (or a synonym) under the path when present, else the path itself.
         return create_dataset(
-            "", root=str(path), split=split, transform=transform, input_img_mode=_IMAGE_MODES[input_size[0]]
+            "", root=str(path), split=split, transform=transform,
+            input_img_mode=_IMAGE_MODES[transform_spec.input_size[0]]
         )
     except RuntimeError as e:  # timm: "Found 0 images in subfolders of ..."
         raise VitpruneError(

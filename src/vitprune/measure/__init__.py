@@ -2,7 +2,7 @@
 
 from vitprune.measure.context import Context, OtherLoad, collect_context, device_name, watch_other_load
 from vitprune.measure.macs import (CONVENTIONS, FLOP_COUNTER_REFERENCE, BlockMacs, MacReport, count_macs,
-                                   flop_counter_macs, format_count, resolve_input_size, value_padding_macs)
+                                   flop_counter_macs, format_count, resolve_input_size, tp_macs, value_padding_macs)
 from vitprune.measure.speed import (Comparison, SpeedConfig, SpeedResult, Spread, compare_speed,
                                     measure_speed)
 
@@ -25,6 +25,7 @@ __all__ = [
     "format_count",
     "measure_speed",
     "resolve_input_size",
+    "tp_macs",
     "value_padding_macs",
     "watch_other_load",
 ]

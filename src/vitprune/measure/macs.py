@@ -3,7 +3,8 @@
 One dummy forward with hooks records what each layer actually receives, so the count follows the
 model as it is now: pruned heads, narrowed or merged MLPs and per-block token counts (after token
 pruning) all show up without the counter knowing how they were produced. MACs are then computed
-analytically from the recorded shapes.
+analytically from the recorded shapes. The ``tp`` convention is torch-pruning's own counter,
+``count_ops_and_params``, run on the same model: what papers measured with it print.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from vitprune.adapters import ViTAdapter, get_adapter
 from vitprune.errors import VitpruneError
 
-#: Counting conventions: ``full`` adds the attention matmuls to the linear/conv layers.
+#: Counting conventions: ``full`` adds the attention matmuls to the linear/conv layers; ``tp`` is
+#: torch-pruning's counter, whatever its hooks count (docs/measurement.md).
 CONVENTIONS: dict[str, str] = {
     "full": "linear/conv layers + attention matmuls",
     "linear": "linear/conv layers only, no attention matmuls",
+    "tp": ("torch-pruning's count_ops_and_params: linear/conv layers with biases, some norms and activations, "
+           "attention matmuls in timm's attention modules only"),
 }
 
 #: The independent count :func:`flop_counter_macs` makes, as reports name it.
@@ -45,9 +49,15 @@ class BlockMacs:
     attn_linear: int = 0
     attn_matmul: int = 0
     mlp: int = 0
+    #: torch-pruning's count of the whole block; ``None`` unless counted in the ``tp`` convention.
+    tp: int | None = None
 
     def total(self, convention: str = "full") -> int:
         """MACs of this block under ``convention``."""
+        if convention == "tp":
+            if self.tp is None:
+                raise VitpruneError(f"block {self.index} was not counted in the tp convention")
+            return self.tp
         matmul = self.attn_matmul if convention == "full" else 0
         return self.attn_linear + matmul + self.mlp
 
@@ -64,10 +74,14 @@ class MacReport:
     blocks: list[BlockMacs] = field(default_factory=list)
     #: MACs of layers outside the blocks (patch embedding, classifier heads), by module name.
     other: dict[str, int] = field(default_factory=dict)
+    #: torch-pruning's total; ``None`` unless counted in the ``tp`` convention.
+    tp_macs: int | None = None
 
     @property
     def macs(self) -> int:
         """Total MACs per image under :attr:`convention`."""
+        if self.convention == "tp":
+            return self.tp_macs
         return self.linear_macs + (self.attn_matmul_macs if self.convention == "full" else 0)
 
     @property
@@ -81,9 +95,11 @@ class MacReport:
         return sum(b.attn_matmul for b in self.blocks)
 
     def totals(self) -> dict[str, int]:
-        """Parameters and MACs per image in both conventions, whichever convention this report shows."""
-        return {"params": self.params, "macs_full": self.linear_macs + self.attn_matmul_macs,
-                "macs_linear": self.linear_macs}
+        """Parameters and MACs per image in the full and linear conventions, whichever convention this report
+        shows, and in the tp convention where it was counted in it (``macs_tp``)."""
+        totals = {"params": self.params, "macs_full": self.linear_macs + self.attn_matmul_macs,
+                  "macs_linear": self.linear_macs}
+        return totals if self.tp_macs is None else {**totals, "macs_tp": self.tp_macs}
 
     @property
     def convention_description(self) -> str:
@@ -91,7 +107,8 @@ class MacReport:
         return CONVENTIONS[self.convention]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; ``macs`` follows ``convention``, both components are given separately."""
+        """JSON-ready form; ``macs`` follows ``convention``, the full convention's two components are given
+        separately, ``tp_macs`` is ``None`` unless counted in the tp convention."""
         return {
             "macs": self.macs,
             "params": self.params,
@@ -102,6 +119,7 @@ class MacReport:
             "batch_size": self.batch_size,
             "linear_macs": self.linear_macs,
             "attn_matmul_macs": self.attn_matmul_macs,
+            "tp_macs": self.tp_macs,
             "blocks": [asdict(b) for b in self.blocks],
             "other": dict(self.other),
         }
@@ -142,8 +160,10 @@ def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = No
     Linear layers count ``tokens * in * out``, conv layers ``output positions * k * k * Cin/groups *
     Cout``, and (``convention="full"``) each attention ``2 * heads * N^2 * head_dim`` for QK^T and
     A.V, with ``N`` the tokens that actually enter that block's attention. ``convention="linear"``
-    leaves the attention matmuls out, as Torch-Pruning's counter and many paper tables do. Biases,
-    norms, activations, softmax and residual additions are not counted in either convention.
+    leaves the attention matmuls out, as many paper tables do. Biases, norms, activations, softmax
+    and residual additions are counted in neither of the two. ``convention="tp"`` reports what
+    ``torch_pruning.utils.count_ops_and_params`` returns for one image (see :func:`tp_macs`), with
+    each block's share; the per-block breakdown of the other conventions is given as well.
 
     The model is run once in eval mode, without gradients, on a random input of ``input_size``
     (default: the model's own); its training mode is restored afterwards. ``image`` ``(C, H, W)``
@@ -160,6 +180,11 @@ def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = No
     size = resolve_input_size(model, input_size)
     x = image[None] if image is not None else torch.randn(batch_size, *size, generator=torch.Generator().manual_seed(0))
     blocks, other = _trace(model, adapter, x)
+    tp_total = None
+    if convention == "tp":
+        tp_total, per_module = _tp_count(model, x[:1])
+        for block, view in zip(blocks, adapter.blocks(), strict=True):
+            block.tp = per_module[view.module]
     return MacReport(
         params=sum(p.numel() for p in model.parameters()),
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -168,6 +193,7 @@ def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = No
         batch_size=batch_size,
         blocks=blocks,
         other=other,
+        tp_macs=tp_total,
     )
 
 
@@ -256,6 +282,37 @@ def _trace(model: nn.Module, adapter: ViTAdapter, x: torch.Tensor) -> tuple[list
 
 def _is_compute(module: nn.Module) -> bool:
     return isinstance(module, (nn.Linear, *_CONV_TYPES))
+
+
+def tp_macs(model: nn.Module, x: torch.Tensor) -> int:
+    """MACs per image that torch-pruning's ``count_ops_and_params`` counts in one forward of ``x``.
+
+    Its hooks, picked by each module's exact type, count Linear and conv layers with their biases
+    (a Linear's bias once per call, not per token), ``nn.LayerNorm`` (not timm's subclass), GELU,
+    and, for timm's ViT and Swin attention modules only, the whole attention with its QK^T, A.V,
+    softmax and scaling; it counts the Linear layers inside an attention module it has no hook for.
+    Its per-image figure divides by the batch, so pass one image for one image's figure. A model
+    with token-pruning blocks is refused: their attention module is not called, so torch-pruning
+    counts nothing for it (nor for the Linear layers it holds).
+    """
+    return _tp_count(model, x)[0]
+
+
+def _tp_count(model: nn.Module, x: torch.Tensor) -> tuple[int, dict[nn.Module, int]]:
+    """torch-pruning's total per image for ``x`` and its count of every module it reached, per image."""
+    try:
+        from torch_pruning.utils import count_ops_and_params
+    except ImportError:
+        raise VitpruneError("the tp convention counts with torch-pruning: pip install 'vitprune[width]'") from None
+    pruning = [v.index for v in get_adapter(model).blocks() if v.token_keep_rate is not None]
+    if pruning:
+        raise VitpruneError(f"torch-pruning cannot count token-pruning blocks (here {pruning}): it would count none "
+                            "of their attention, whose module they run part by part; use the full or linear convention")
+    param = next(model.parameters())
+    macs, _, per_module, _ = count_ops_and_params(model, x.to(device=param.device, dtype=param.dtype),
+                                                  layer_wise=True)
+    batch = x.shape[0]
+    return round(macs), {m: round(v / batch) for m, v in per_module.items() if v is not None}
 
 
 def value_padding_macs(model: nn.Module, *, image: torch.Tensor | None = None) -> int:

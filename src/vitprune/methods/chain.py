@@ -3,8 +3,8 @@
 A chain is a list of steps, each ``{"method": NAME, ...settings}``; the settings are the method's
 own (their config's field names; :data:`METHODS` lists them). The methods' own fine-tuning is off inside a
 chain: recovery happens where the chain has a ``finetune`` step (with ``"distill"``, from the chain's
-starting model), once at the end or between steps. HetDPT+ is the chain
-``hetdpt → width → finetune`` (:func:`hetdpt_plus_steps`).
+starting model), once at the end or between steps; a ``hetdpt`` step with ``"recover": true`` runs HetDPT's
+own Stage 2. HetDPT+ is the chain ``hetdpt (recovered) → width → finetune`` (:func:`hetdpt_plus_steps`).
 
 Each step runs on the previous step's saved model and saves its own, so an interrupted chain
 resumes at the step it stopped in (which itself resumes from its stage files):
@@ -130,11 +130,15 @@ def load_chain(path: str | Path) -> list[Step]:
 def hetdpt_plus_steps(*, budget: int, target_macs: float, finetune: dict[str, Any], split: list[int] | str = "auto",
                       preset: str | None = None, convention: str = "full", hetdpt: dict[str, Any] | None = None,
                       width: dict[str, Any] | None = None) -> list[Step]:
-    """HetDPT+ as a chain: HetDPT's depth pruning (no fine-tune of its own; ``hetdpt``: further settings of
-    that step), width pruning to ``target_macs`` MACs per image (torch-pruning's Isomorphic Pruning unless
-    ``width`` says otherwise), then one fine-tune with ``finetune``'s settings (distilling from the unpruned
-    model unless they say otherwise)."""
-    hetdpt = {"budget": budget, "split": split, **({"preset": preset} if preset is not None else {}), **(hetdpt or {})}
+    """HetDPT+ as a chain, in the paper's order ("upon completion of the two-stage pipeline, we obtain a
+    depth-pruned ViT ... we integrate the depth-pruned model with established width pruning"): HetDPT with its
+    own Stage 2 (prune, fine-tune with fc1/fc2 apart distilling from the unpruned model, merge; ``hetdpt``:
+    further settings of that step, such as ``epochs``), width pruning of that recovered model to ``target_macs``
+    MACs per image (torch-pruning's Isomorphic Pruning, its importance read from the recovered weights, unless
+    ``width`` says otherwise), then the width recovery: one fine-tune with ``finetune``'s settings (distilling
+    from the unpruned model unless they say otherwise)."""
+    hetdpt = {"budget": budget, "split": split, "recover": True, **({"preset": preset} if preset is not None else {}),
+              **(hetdpt or {})}
     return [Step("hetdpt", hetdpt),
             Step("width", {"target_macs": target_macs, "convention": convention, **(width or {})}),
             Step("finetune", {"distill": "soft", **finetune})]
@@ -173,8 +177,8 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     """Run ``steps`` in order on a copy of ``model``; returns the report (also in ``run_dir/report.json``).
 
     ``model`` is the teacher of distilling fine-tune steps and the reference of the speed
-    comparison. ``calibration_set`` (default ``train_set``) feeds VBP's and STAR's statistics;
-    ``preset`` is HetDPT's default preset. A step that cannot apply to what earlier steps left
+    comparison. ``calibration_set`` (default ``train_set``) feeds VBP's and STAR's statistics and
+    HetDPT's transfer entropy; ``preset`` is HetDPT's default preset. A step that cannot apply to what earlier steps left
     (e.g. width pruning after token pruning) stops the chain with one line naming the step.
     """
     configs = check_chain(steps, preset)
@@ -325,8 +329,9 @@ def _width_config(settings: dict[str, Any], preset: str) -> Any:
 def _width(model: nn.Module, config: Any, ctx: _Context) -> tuple[nn.Module, dict]:
     from vitprune.methods.width import run_width
 
-    report = run_width(model, config, train_set=ctx.train_set, **ctx.edit_options())
-    return _saved(report.out, ctx), _fields(report, ("ratio", "plan"))
+    # Taylor importance ranks on training images under the evaluation transform (the calibration set) when given.
+    report = run_width(model, config, train_set=ctx.calibration_set or ctx.train_set, **ctx.edit_options())
+    return _saved(report.out, ctx), _fields(report, ("ratio", "plan", "taylor_images"))
 
 
 def _calibrated(run: Callable[..., Report], model: nn.Module, config: Any, ctx: _Context,
@@ -387,22 +392,29 @@ def _hiap(model: nn.Module, configs: tuple[TrainConfig, Any], ctx: _Context) -> 
     return _saved(report.model_dir, ctx), _fields(report, ("heads", "neurons", "ffn_closed", "threshold"))
 
 
-#: A HetDPT step's own settings (not the config's): the layer budget, the split, the preset and a predictor to reuse.
-_HETDPT_OWN = {"budget", "split", "preset", "predictor"}
+#: A HetDPT step's own settings (not the config's): the layer budget, the split, the preset, a predictor to reuse and
+#: whether the step recovers (HetDPT's Stage 2; by default a chain fine-tunes only in its finetune steps).
+_HETDPT_OWN = {"budget", "split", "preset", "predictor", "recover"}
 
 
 def _hetdpt_config(settings: dict[str, Any], preset: str) -> tuple[int, tuple[int, int] | None, Any, str | None]:
-    from vitprune.methods.hetdpt.pipeline import STEP_OVERRIDES, HetDPTConfig, configure, parse_split
+    from vitprune.methods.hetdpt.pipeline import STEP_OVERRIDES, HetDPTConfig, StageOverrides, configure, parse_split
 
     own, changes = _split(settings, _HETDPT_OWN)
-    # The step does not fine-tune: of the stage shortcuts it takes only Steps 1 and 2's.
-    _check_known(changes, {*STEP_OVERRIDES, *(f.name for f in fields(HetDPTConfig))} - {"probe", "search", "finetune"},
+    recover = own.get("recover", False)
+    if not isinstance(recover, bool):
+        raise VitpruneError("hetdpt step: recover (run HetDPT's Stage-2 fine-tune before the merge) must be true or "
+                            "false")
+    # A step without Stage 2 takes only Steps 1 and 2's stage shortcuts.
+    shortcuts = {f.name for f in fields(StageOverrides)} if recover else set(STEP_OVERRIDES)
+    _check_known(changes, {*shortcuts, *(f.name for f in fields(HetDPTConfig))} - {"probe", "search", "finetune"},
                  "hetdpt")
     if not isinstance(own.get("budget"), int):
         raise VitpruneError("hetdpt step: budget (layers to remove: attention + activation) must be an integer")
     split = own.get("split", "auto")
     config = configure(own.get("preset", preset), **changes)
-    config.finetune = None
+    if not recover:
+        config.finetune = None
     config.validate()
     return (own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))), config,
             own.get("predictor"))
@@ -414,8 +426,9 @@ def _hetdpt(model: nn.Module, configs: tuple[int, tuple[int, int] | None, Any, s
 
     budget, split, config, predictor = configs
     report = run_hetdpt(model, ctx.train_set, ctx.val_set, budget=budget, split=split, predictor=predictor,
-                        config=config, **ctx.pipeline_options())
-    return _saved(report.model_dir, ctx), _fields(report, ("attention", "activation", "split"))
+                        config=config, calibration_set=ctx.calibration_set, **ctx.pipeline_options())
+    recovered = ("top1",) if config.finetune is not None else ()
+    return _saved(report.model_dir, ctx), _fields(report, ("attention", "activation", "split", *recovered))
 
 
 def _finetune_config(settings: dict[str, Any], preset: str) -> tuple[TrainConfig, DistillConfig]:
@@ -451,10 +464,12 @@ _METHODS: dict[str, _Method] = {
     "depth": _Method("DepthConfig's fields: attention, activation (block indices), identity, fold_norm, "
                      "output_gelu", _depth_config, _depth, "depth pruning", lambda config: config.requires),
     "hetdpt": _Method("budget, split ([A, G] or 'auto'), predictor (an earlier run's predictor.json), preset, "
-                      "probe_epochs, search_epochs, batch_size and HetDPTConfig's other fields",
+                      "recover (HetDPT's Stage 2; then epochs and lr too), probe_epochs, search_epochs, batch_size "
+                      "and HetDPTConfig's other fields",
                       _hetdpt_config, _hetdpt, "HetDPT", lambda _config: HETDPT_REQUIRES),
-    "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, embed, "
-                     "isomorphic, round_to, batches", _width_config, _width, "width pruning",
+    "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, head_dims, "
+                     "embed, isomorphic, round_to, taylor_batches, taylor_batch_size", _width_config, _width,
+                     "width pruning",
                      lambda config: config.requires),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp,
                    "VBP", lambda _config: VBP_REQUIRES),

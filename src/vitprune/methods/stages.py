@@ -17,6 +17,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, compare_speed
 from vitprune.recipe import save
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
+from vitprune.training.distributed import DistContext, on_main, shard_dataset
 
 if TYPE_CHECKING:
     from vitprune.methods.depth import DepthReport
@@ -48,47 +49,80 @@ def time_against(stages: Stages, pruned: nn.Module, original: nn.Module, speed: 
     JSON-ready; ``None`` (and no stage) when ``speed`` is off."""
     if not speed.enabled:
         return None
-    return stages.run("measure speed", lambda: compare_speed(
+    # Under torchrun rank 0 times alone (the others wait for its figures), so no process competes for the device.
+    return stages.run("measure speed", lambda: on_main(lambda: compare_speed(
         pruned, original, batch_size=speed.batch_size, device=device, pairs=speed.pairs, warmup=speed.warmup,
-        progress=progress).to_dict())
+        progress=progress).to_dict()))
 
 
 def save_and_time(report: R, key: str, pruned: nn.Module, original: nn.Module, speed: SpeedConfig, *,
                   device: torch.device | str | None, progress: bool) -> R:
     """Save ``pruned`` to ``report.out`` with ``report`` (but for its speed) under ``key`` in the metadata, then time
-    it against ``original`` as ``speed`` says (on ``device``, default ``original``'s) into ``report.speed``."""
-    save(pruned, report.out, metadata={key: {k: v for k, v in report.to_dict().items() if k != "speed"}})
+    it against ``original`` as ``speed`` says (on ``device``, default ``original``'s) into ``report.speed``. Under
+    torchrun rank 0 saves and times; every rank gets the figures."""
+    on_main(lambda: save(pruned, report.out,
+                         metadata={key: {k: v for k, v in report.to_dict().items() if k != "speed"}}))
     device = torch.device(device) if device is not None else next(original.parameters()).device
     report.speed = time_against(Stages(), pruned, original, speed, device=device, progress=progress)
     return report
 
 
 def prepare_run_dir(run_dir: str | Path, resume: bool) -> Path:
-    """Create ``run_dir``; without ``resume``, one that holds a previous run is a one-line error."""
+    """Create ``run_dir``; without ``resume``, one that holds a previous run is a one-line error. Under torchrun rank
+    0 checks and creates it (every rank gets its answer: the directory, or the error)."""
     run_dir = Path(run_dir)
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
-        raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
+
+    def create() -> None:
+        if not resume and run_dir.exists() and any(run_dir.iterdir()):
+            raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another "
+                                "--out")
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    on_main(create)
     return run_dir
 
 
-def calibration_loader(dataset: Dataset, images: int | None, batch_size: int, seed: int) -> DataLoader:
-    """An unshuffled loader over ``dataset``, or over a class-balanced subset of ``images`` of it."""
+def cached(path: Path, resume: bool, read: Callable[[], T | None], compute: Callable[[], T],
+           write: Callable[[T], None]) -> T:
+    """A stage's value kept in ``path``: ``read()`` when resuming finds the file, else ``compute()``, then ``write``.
+
+    ``read`` returns ``None`` for a file that no longer fits the run (it is then recomputed and
+    overwritten). Under torchrun rank 0 alone looks, reads and writes, and every rank gets what it
+    read (:func:`~vitprune.training.distributed.on_main`): all take the same branch, since
+    ``compute`` may reduce over every process, and an error there stops every rank.
+    """
+    found = on_main(lambda: read() if resume and path.exists() else None)
+    if found is not None:
+        return found
+    value = compute()
+    on_main(lambda: write(value))
+    return value
+
+
+def calibration_loader(dataset: Dataset, images: int | None, batch_size: int, seed: int,
+                       dist: DistContext | None = None) -> DataLoader:
+    """An unshuffled loader over ``dataset``, or over a class-balanced subset of ``images`` of it.
+
+    With ``dist``, over this process's share of those images (:func:`~vitprune.training.distributed.shard_dataset`):
+    the subset is chosen first, so the processes together see what one process would.
+    """
     if images is not None and images < len(dataset):
         dataset = balanced_subset(dataset, images, seed=seed)
-    return build_loader(dataset, batch_size, shuffle=False, seed=seed)
+    return build_loader(shard_dataset(dataset, dist), batch_size, shuffle=False, seed=seed)
 
 
 def recover(stages: Stages, pruned: nn.Module, teacher: nn.Module, train_set: Dataset, val_loader: DataLoader,
             finetune: TrainConfig | None, *, val_set: Dataset, distill: str, alpha: float, tau: float,
-            run_dir: Path, device: torch.device, progress: bool, resume: bool) -> dict[str, Any]:
+            run_dir: Path, device: torch.device, progress: bool, resume: bool,
+            dist: DistContext | None = None) -> dict[str, Any]:
     """Top-1 of ``pruned`` right after pruning and, with ``finetune``, after fine-tuning it in place (and its best
-    epoch), distilling from ``teacher`` as ``distill`` says; the run's checkpoints go to ``run_dir``."""
+    epoch), distilling from ``teacher`` as ``distill`` says; the run's checkpoints go to ``run_dir``. Under torchrun
+    (``dist``) the fine-tune is data-parallel, and every rank evaluates the whole validation split."""
     top1 = {"pruned": stages.run("evaluate right after pruning", lambda: evaluate(pruned, val_loader)["top1"])}
     if finetune is not None:
         history = stages.run("fine-tune", lambda: finetune_pruned(
             pruned, train_set, val_set, finetune, teacher=teacher, distill=distill, alpha=alpha, tau=tau,
-            run_dir=run_dir, device=device, progress=progress, resume=resume))
+            run_dir=run_dir, device=device, progress=progress, resume=resume, dist=dist))
         top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
         top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
     return top1

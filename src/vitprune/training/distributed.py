@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset, Subset
 
 from vitprune.device import AUTO, resolve_device
 from vitprune.errors import VitpruneError
@@ -220,6 +222,47 @@ def broadcast_object(obj: _T, src: int = 0) -> _T:
     return box[0]
 
 
+def on_main(fn: Callable[[], _T]) -> _T:
+    """``fn()`` run on rank 0 alone, its (picklable, small) result returned on every rank.
+
+    For what one process must do for all: create or check a run directory, write a file, time a model.
+    A :class:`VitpruneError` raised there is raised on every rank with the same message, and any other
+    exception stops the others with a one-line error naming it, so no rank is left waiting in a later
+    collective for a process that failed. In one process it is ``fn()``.
+    """
+    if not _is_distributed():
+        return fn()
+    outcome: tuple[str, object] | None = None
+    failure: BaseException | None = None
+    if dist.get_rank() == 0:
+        try:
+            outcome = ("ok", fn())
+        except VitpruneError as exc:
+            outcome, failure = ("error", str(exc)), exc
+        except Exception as exc:
+            outcome, failure = ("error", f"rank 0 failed: {type(exc).__name__}: {exc}"), exc
+    kind, value = broadcast_object(outcome)
+    if failure is not None:
+        raise failure
+    if kind == "error":
+        raise VitpruneError(str(value))
+    return value  # type: ignore[return-value]
+
+
+def shard_dataset(dataset: Dataset, ctx: DistContext | None) -> Dataset:
+    """This process's share of ``dataset`` for a statistics pass: every ``world_size``-th item from ``rank`` on.
+
+    Unlike training's sampler there is no padding: the shares are disjoint and together hold every
+    item once, so per-process sums reduced with :func:`all_reduce_sum` (or moments with
+    :func:`reduce_moments`) equal one pass over ``dataset``. A share may be empty. Choose the
+    images first (e.g. a seeded subset), then shard, so the set does not depend on the world size.
+    Without ``ctx``, or in one process, ``dataset`` itself.
+    """
+    if ctx is None or ctx.world_size == 1:
+        return dataset
+    return Subset(dataset, range(ctx.rank, len(dataset), ctx.world_size))
+
+
 def wrap_model(model: nn.Module, ctx: DistContext, *, find_unused_parameters: bool = False) -> nn.Module:
     """``model`` moved to ``ctx.device`` and, with several processes, wrapped in DistributedDataParallel.
 
@@ -305,6 +348,6 @@ def _as_moments(count: torch.Tensor | int, mean: torch.Tensor, m2: torch.Tensor)
 
 __all__ = [
     "DistContext", "Moments", "all_reduce_sum", "broadcast_object", "empty_moments", "init_distributed",
-    "is_main_process", "merge_moments", "reduce_metrics", "reduce_moments", "shutdown_distributed", "unwrap_model",
-    "welford_update", "wrap_model",
+    "is_main_process", "merge_moments", "on_main", "reduce_metrics", "reduce_moments", "shard_dataset",
+    "shutdown_distributed", "unwrap_model", "welford_update", "wrap_model",
 ]

@@ -2,10 +2,14 @@
 
 One :class:`Trainer` runs epochs of optimisation steps with AMP (on CUDA), gradient accumulation,
 clipping, optional EMA and a per-step warm-up + cosine schedule (timm's optimizer and scheduler
-factories). Methods plug in through :class:`TrainHooks` (extra loss terms, their own schedules,
-parameter groups with their own learning rates). Runs checkpoint atomically into a run directory
-and resume exactly where they stopped, mid-epoch included; Ctrl-C saves and exits cleanly, and a
-non-finite loss stops the run, keeping the last good checkpoint.
+factories), and DeiT's regularisation where its config asks: mixup/cutmix, label smoothing,
+RandAugment and random erasing (the training set's transform, :func:`vitprune.data.augmented`),
+stochastic depth and repeated augmentation. Methods plug in through :class:`TrainHooks` (extra
+loss terms, their own schedules, parameter groups with their own learning rates). Runs checkpoint
+atomically into a run directory and resume exactly where they stopped, mid-epoch included; Ctrl-C
+saves and exits cleanly, and a non-finite loss stops the run, keeping the last good checkpoint.
+Every image is augmented under a seed of its own (its place in the epoch's order), so the result
+does not depend on the number of data-loading workers, and a resumed run draws what it would have.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import safetensors.torch
@@ -33,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 from vitprune.adapters import find_adapter
 from vitprune.atomic import atomic_directory
 from vitprune.config import setting
+from vitprune.data import augmented, check_augmentation
 from vitprune.errors import VitpruneError, check_settings
 from vitprune.recipe import WEIGHTS_FILE, get_recipe, read_document, save
 from vitprune.training.distributed import (
@@ -44,7 +49,7 @@ from vitprune.training.distributed import (
     wrap_model,
 )
 from vitprune.training.evaluation import evaluate
-from vitprune.training.sampler import ResumableSampler
+from vitprune.training.sampler import ResumableSampler, SeededSamples
 
 #: Names inside a run directory.
 CHECKPOINT_DIR = "checkpoint"
@@ -70,16 +75,31 @@ class TrainConfig:
     momentum: float = setting(0.9, help="SGD momentum.")
     weight_decay: float = setting(0.05, help="Weight decay.")
     warmup_epochs: float = setting(0.0, help="Linear warm-up epochs.")
+    #: ``None``: a thousandth of ``lr``. Not scaled with the batch (DeiT scales only the peak lr).
+    warmup_lr: float | None = setting(None, help="Learning rate the warm-up starts from (default: lr / 1000).")
     min_lr: float = setting(0.0, help="Learning rate the cosine schedule ends at.")
     label_smoothing: float = setting(0.0, help="Label smoothing.")
     mixup_alpha: float = setting(0.0, flag="--mixup", min=0.0, help="timm mixup alpha (0: off).")
     cutmix_alpha: float = setting(0.0, flag="--cutmix", min=0.0, help="timm cutmix alpha (0: off).")
+    #: Applied by the training set's transform: :func:`vitprune.data.augmented` rebuilds it for the run.
+    auto_augment: str | None = setting(None, help="timm RandAugment/AutoAugment policy of the training images, e.g. "
+                                                  "rand-m9-mstd0.5-inc1 (DeiT's).")
+    re_prob: float = setting(0.0, min=0.0, max=1.0, help="Random-erasing probability (per-pixel noise, as DeiT).")
+    #: DeiT's RASampler / timm's RepeatAugSampler (:class:`~vitprune.training.sampler.ResumableSampler`).
+    aug_repeats: int = setting(1, min=1, help="Repeated augmentation: each image this many times in a row of "
+                                              "the epoch's order, spread over the processes (DeiT: 3; 1: off).")
+    #: ``None`` leaves the model's own (timm builds models with none).
+    drop_path: float | None = setting(None, min=0.0, max=1.0, help="Stochastic depth: the last block's drop-path "
+                                                                   "rate, rising from 0 at the first (timm's rule).")
     clip_grad: float | None = setting(None, help="Max gradient norm.")
     accum_steps: int = setting(1, min=1, help="Micro-batches per optimisation step.")
     amp: bool = setting(True, help="Mixed precision on CUDA (ignored on CPU).")
     ema_decay: float | None = setting(None, help="Keep an EMA of the weights with this decay.")
     seed: int = setting(0, help="Seed of initialisation, data order and augmentation.")
     checkpoint_every: int = setting(0, min=0, help="Steps between checkpoints (0: epochs).")
+    #: Not part of the result: each image is augmented under its own seed, whichever process loads it.
+    workers: int = setting(0, min=0, help="Data-loading worker processes per training process (persistent; "
+                                          "pinned memory on CUDA); the result does not depend on it.")
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""
@@ -92,12 +112,25 @@ class TrainConfig:
             (self.ema_decay is None or 0 < self.ema_decay < 1, f"EMA decay must lie in (0, 1), got {self.ema_decay}"),
             (self.checkpoint_every >= 0, "checkpoint_every must be >= 0 (0: at epoch ends only)"),
             (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),
+            (self.warmup_lr is None or self.warmup_lr >= 0, f"warm-up lr must be >= 0, got {self.warmup_lr}"),
+            (0 <= self.re_prob <= 1, f"random-erasing probability must lie in [0, 1], got {self.re_prob}"),
+            (self.workers >= 0, f"workers must be >= 0, got {self.workers}"),
+            (self.aug_repeats >= 1, f"augmentation repeats must be at least 1, got {self.aug_repeats}"),
+            (self.drop_path is None or 0 <= self.drop_path < 1,
+             f"drop-path rate must lie in [0, 1), got {self.drop_path}"),
         ])
+        check_augmentation(self.augment)
 
     def at_batch(self, batch_size: int) -> TrainConfig:
         """This run at another global batch, its peak learning rate scaled with it (DeiT's and the papers' rule,
         ``lr = base_lr · batch / 512``: presets state the lr for their own batch)."""
         return replace(self, batch_size=batch_size, lr=scaled_lr(self.lr, self.batch_size, batch_size))
+
+    @property
+    def augment(self) -> dict[str, Any]:
+        """The training images' random augmentation, as :func:`vitprune.data.build_dataset` and
+        :func:`vitprune.data.augmented` take it."""
+        return {"auto_augment": self.auto_augment, "re_prob": self.re_prob}
 
     @property
     def mixes(self) -> bool:
@@ -159,8 +192,8 @@ def weight_decay_groups(model: nn.Module, weight_decay: float,
 
 
 class _Supervised(nn.Module):
-    """The labels' cross-entropy (:meth:`TrainConfig.label_loss`) in the engine's ``criterion(images, outputs, targets)``
-    form."""
+    """The labels' cross-entropy (:meth:`TrainConfig.label_loss`) in the engine's
+    ``criterion(images, outputs, targets)`` form."""
 
     def __init__(self, ce: nn.CrossEntropyLoss) -> None:
         super().__init__()
@@ -188,14 +221,17 @@ class Trainer:
             raise VitpruneError(f"batch size {config.batch_size} does not split evenly over "
                                 f"{self.dist.world_size} processes")
         self.device = self.dist.device
+        if config.drop_path is not None:
+            _set_drop_path(model, config.drop_path)()  # refused here, not after the setup, if it cannot be set
         self.model, self.config = model.to(self.device), config
         self.net = wrap_model(model, self.dist)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.criterion = criterion if criterion is not None else _Supervised(config.label_loss())
         self.hooks = hooks or TrainHooks()
         self.val_set = val_set
+        train_set = augmented(train_set, config.augment)
         self.sampler = ResumableSampler(len(train_set), shuffle=True, seed=config.seed, rank=self.dist.rank,
-                                        world_size=self.dist.world_size)
+                                        world_size=self.dist.world_size, repeats=config.aug_repeats, seeded=True)
         self.local_batch = config.batch_size // self.dist.world_size
         # timm's Mixup mixes within a batch and folds label smoothing into the soft targets it returns.
         self.mixup = Mixup(mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha,
@@ -204,8 +240,11 @@ class Trainer:
         if self.mixup is not None and self.local_batch % 2:
             raise VitpruneError(f"mixup/cutmix need an even batch per process, got {self.local_batch}")
         # Its own generator: creating an iterator would otherwise draw from the global RNG that resuming restores.
-        self.loader = DataLoader(train_set, batch_size=self.local_batch, sampler=self.sampler,
-                                 generator=torch.Generator().manual_seed(config.seed))
+        # Each image is augmented under its own seed (SeededSamples), so workers change the speed, not the result.
+        pinned = config.workers > 0 and self.device.type == "cuda"  # worker batches are CPU tensors
+        self.loader = DataLoader(SeededSamples(train_set), batch_size=self.local_batch, sampler=self.sampler,
+                                 generator=torch.Generator().manual_seed(config.seed), num_workers=config.workers,
+                                 pin_memory=pinned, persistent_workers=config.workers > 0)
         self.batches_per_epoch = len(self.loader)
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / config.accum_steps)
         groups = self.hooks.param_groups(model, config)
@@ -215,7 +254,8 @@ class Trainer:
                                              momentum=config.momentum)
         self.scheduler = CosineLRScheduler(
             self.optimizer, t_initial=config.epochs * self.steps_per_epoch,
-            warmup_t=round(config.warmup_epochs * self.steps_per_epoch), warmup_lr_init=config.lr * 1e-3,
+            warmup_t=round(config.warmup_epochs * self.steps_per_epoch),
+            warmup_lr_init=config.lr * 1e-3 if config.warmup_lr is None else config.warmup_lr,
             lr_min=config.min_lr, t_in_epochs=False)
         use_amp = config.amp and self.device.type == "cuda"
         self.amp_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if use_amp else None
@@ -237,6 +277,8 @@ class Trainer:
         if not self._started:
             self.start(resume=resume)
         history = []
+        # Stochastic depth only while training: the model leaves with the modules its recipe rebuilds.
+        restore = _set_drop_path(self.model, self.config.drop_path) if self.config.drop_path is not None else None
         self.model.train()
         try:
             while self.epoch < self.config.epochs:
@@ -252,6 +294,9 @@ class Trainer:
             self.batch -= self.batch % self.config.accum_steps
             self.save_checkpoint()
             raise
+        finally:
+            if restore is not None:
+                restore()
         return history
 
     def start(self, *, resume: bool = False) -> None:
@@ -276,7 +321,7 @@ class Trainer:
         # the one at the last batch boundary, not the one at the moment of an interrupt.
         self._boundary_rng = _rng_state()
         for images, targets in self.loader:
-            images, targets = images.to(self.device), targets.to(self.device)
+            images, targets = images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
             if self.mixup is not None:
                 images, targets = self._mix(images, targets)
             first_of_step = self.batch % cfg.accum_steps == 0
@@ -377,9 +422,12 @@ class Trainer:
     def _resume(self) -> None:
         path = self.run_dir / CHECKPOINT_DIR
         state = torch.load(path / STATE_FILE, weights_only=True)
-        if state["config"] != asdict(self.config):
-            changed = sorted(k for k in state["config"] if state["config"][k] != asdict(self.config).get(k))
-            raise VitpruneError(f"cannot resume {self.run_dir}: settings differ from the checkpoint's ({', '.join(changed)})")
+        # The workers only change how fast images arrive, so a run may resume with another count.
+        saved, current = ({k: v for k, v in c.items() if k != "workers"}
+                          for c in (state["config"], asdict(self.config)))
+        if saved != current:
+            changed = ", ".join(sorted(k for k in saved if saved[k] != current.get(k)))
+            raise VitpruneError(f"cannot resume {self.run_dir}: settings differ from the checkpoint's ({changed})")
         saved = read_document(path / MODEL_DIR)
         if get_recipe(self.model) is not None and saved["edits"] != get_recipe(self.model).to_dict()["edits"]:
             raise VitpruneError(f"cannot resume {self.run_dir}: the model's structure differs from the checkpoint's")
@@ -405,6 +453,16 @@ def _seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
+
+
+def _set_drop_path(model: nn.Module, rate: float) -> Callable[[], None]:
+    """Stochastic depth at ``rate`` on the model's blocks, by its adapter (:meth:`ViTAdapter.set_drop_path`); returns
+    the function that puts the model's own modules back."""
+    adapter = find_adapter(model)
+    if adapter is None:
+        raise VitpruneError(f"drop path needs the model's blocks, which a {type(model).__name__} does not declare; "
+                            "use a supported vision transformer or leave drop_path unset")
+    return adapter.set_drop_path(rate)
 
 
 def _num_classes(model: nn.Module) -> int:

@@ -13,7 +13,7 @@ from vitprune.adapters import get_adapter
 from vitprune.data import DIGITS_INPUT_SIZE, balanced_subset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt import collect, collect_predictor_data, transfer_entropy
-from vitprune.training import TrainConfig
+from vitprune.training import TrainConfig, Trainer
 
 CONFIG = TrainConfig(epochs=1, lr=1e-3, batch_size=32, seed=3)
 SETTINGS = dict(max_attention=2, max_activation=1, interleaved_rounds=2, finetune=CONFIG, te_images=40,
@@ -172,3 +172,39 @@ def test_trained_model_recovers_after_each_removal(trained_digits):
     assert points[0]["top1"] > 90
     # One or two of twelve layers removed and a short fine-tune: the digits model stays far above chance.
     assert all(p["top1"] > 70 for p in points)
+
+
+def test_te_images_come_from_te_set_without_augmentation(data):
+    """TE sees the training images through the evaluation transform (``te_set``), not the augmented images the fast
+    fine-tunes train on."""
+    plain = balanced_subset(build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE, is_training=False), 64,
+                            seed=0)
+    settings = dict(SETTINGS, max_attention=1, max_activation=0, interleaved_rounds=0)
+    _, calls = _collect(data, _tiny(), settings, te_set=plain)
+
+    def images(dataset):
+        subset = balanced_subset(dataset, SETTINGS["te_images"], seed=CONFIG.seed)
+        return torch.cat([x for x, _ in build_loader(subset, 16, shuffle=False, seed=0)])
+
+    assert [kind for kind, *_ in calls] == ["attention"]
+    assert torch.equal(calls[0][2], images(plain))
+    assert not torch.equal(images(plain), images(data[0]))  # the same digits, augmented
+
+
+@pytest.mark.parametrize("output_gelu", [False, True], ids=["paper", "output-gelu"])
+def test_sweeps_fine_tune_the_block_the_pruned_model_has(data, output_gelu):
+    """With ``output_gelu`` (the reference code's), a block that has lost both layers has the GELU on its output in
+    the model the sweep fine-tunes and evaluates, as the pruned model will; without it (the paper's block), not."""
+    outputs = []
+
+    def recording(model, *args, **kwargs):
+        outputs.append([type(v.act).__name__ for v in get_adapter(model).blocks()])
+        return Trainer(model, *args, **kwargs)
+
+    settings = dict(SETTINGS, max_attention=0, max_activation=0, interleaved_rounds=1, order="activation-first")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(collect, "Trainer", recording)
+        points, _ = _collect(data, _tiny(depth=1), settings, output_gelu=output_gelu)
+    assert [(p["attention_removed"], p["activation_removed"]) for p in points] == [([], []), ([], [0]), ([0], [0])]
+    # Activation 0 goes, then attention 0: block 0 has neither.
+    assert outputs == [["Identity"], ["GELU" if output_gelu else "Identity"]]

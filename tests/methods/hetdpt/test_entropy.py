@@ -41,9 +41,9 @@ def _numpy_entropy(model: torch.nn.Module, images: torch.Tensor) -> float:
     return float(np.log(features.double().numpy().std(axis=0)).sum())
 
 
-def _removed_entropy(model, batches, identity: str, **layers) -> float:
+def _removed_entropy(model, batches, identity: str, output_gelu: bool = False, **layers) -> float:
     pruned = copy.deepcopy(model)
-    prune_depth(pruned, **layers, identity=identity, merge=False)
+    prune_depth(pruned, **layers, identity=identity, output_gelu=output_gelu, merge=False)
     return feature_entropy(pruned, batches)
 
 
@@ -68,21 +68,24 @@ def test_feature_entropy_errors():
         feature_entropy(model, [])
 
 
-@pytest.mark.parametrize("identity", ["norm", "skip"])
-def test_te_equals_the_entropy_change_of_physical_removal(identity):
+@pytest.mark.parametrize("identity, output_gelu", [("norm", False), ("skip", False), ("norm", True)],
+                         ids=["norm", "skip", "norm-output-gelu"])
+def test_te_equals_the_entropy_change_of_physical_removal(identity, output_gelu):
+    """With ``output_gelu``, masking attention 2 or activation 1 leaves a block with neither: TE sees the GELU the
+    pruned block has on its output."""
     model = _tiny(depth=4)
     # S is not empty: a layer of each type is already physically gone.
-    prune_depth(model, attention=[1], activation=[2], identity=identity, merge=False)
+    prune_depth(model, attention=[1], activation=[2], identity=identity, output_gelu=output_gelu, merge=False)
     model.train()
     state = copy.deepcopy(model.state_dict())
     batches = _batches([10, 14])
     base = feature_entropy(model, batches)
     for kind, blocks in (("attention", [0, 2, 3]), ("activation", [0, 1, 3])):
-        scores = transfer_entropy(model, kind, batches, identity=identity)
-        signed = transfer_entropy(model, kind, batches, identity=identity, signed=True)
+        scores = transfer_entropy(model, kind, batches, identity=identity, output_gelu=output_gelu)
+        signed = transfer_entropy(model, kind, batches, identity=identity, output_gelu=output_gelu, signed=True)
         assert list(scores) == blocks
         for block in blocks:
-            difference = base - _removed_entropy(model, batches, identity, **{kind: [block]})
+            difference = base - _removed_entropy(model, batches, identity, output_gelu, **{kind: [block]})
             # The gate's identity path is the removed layer's, operation for operation.
             assert scores[block] == pytest.approx(abs(difference), rel=1e-12, abs=1e-12)
             assert signed[block] == pytest.approx(difference, rel=1e-12, abs=1e-12)

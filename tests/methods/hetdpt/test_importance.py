@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
 import pytest
 import torch
+from torch import nn
 
 import vitprune
-from vitprune.data import build_dataset
+from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.importance import (
     default_milestones,
     interleaved_order,
     select_layers,
     select_layers_across_types,
+    shortlist_size,
 )
+from vitprune.surgery import prune_depth, remove_depth_gates
 from vitprune.training import TrainConfig
 
 CONFIG = TrainConfig(epochs=1, lr=1e-3, batch_size=64, seed=0)  # 23 steps on the 1437 training digits
@@ -110,3 +114,37 @@ def test_no_layer_goes_during_the_warm_up(small):
     selection = select_layers(model, train, config, attention=1, activation=1)
     warmup = math.ceil(len(train) / config.batch_size)  # one epoch of steps
     assert all(h["step"] > warmup for h in selection.history)
+
+
+@pytest.mark.parametrize("output_gelu", [False, True], ids=["paper", "output-gelu"])
+def test_the_search_trains_the_function_the_pruned_model_has(small, output_gelu):
+    """With ``output_gelu`` (the reference code's GELU after a block that lost both layers), the gated copy Step 2
+    trains applies it as the pruned model will; without it (the paper's block), nowhere."""
+    model, train = small
+    selection = select_layers(model, balanced_subset(train, 128, seed=0), CONFIG, attention=1, activation=1,
+                              candidates={"attention": [0], "activation": [0]}, output_gelu=output_gelu,
+                              milestones=[1, 2])
+    assert (selection.attention, selection.activation) == ([0], [0])
+    gated = selection.model.eval()
+    pruned = copy.deepcopy(gated)
+    remove_depth_gates(pruned)
+    prune_depth(pruned, [0], [0], output_gelu=output_gelu, merge=False)
+    assert isinstance(vitprune.get_adapter(pruned).block(0).act, nn.GELU) == output_gelu
+    x = torch.randn(4, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(gated(x), pruned(x), rtol=1e-5, atol=1e-5)
+
+
+#: The reference code's hard-coded Step-2 candidate lists (train_stage1_step2.py, per the implementation note).
+REFERENCE_CANDIDATES = {"activation": [9, 10, 11, 8, 7, 4, 6, 1], "attention": [1, 11, 9, 10, 8, 7, 6, 5]}
+
+
+def test_shortlist_size_is_the_reference_share_but_never_too_few():
+    # 8 of 12 blocks per type, as the reference code's lists; in proportion at other depths, rounded.
+    assert {len(blocks) for blocks in REFERENCE_CANDIDATES.values()} == {shortlist_size(2 / 3, 12, 5)} == {8}
+    assert [shortlist_size(2 / 3, layers, 1) for layers in (1, 2, 3, 4, 6, 24)] == [1, 1, 2, 3, 4, 16]
+    assert shortlist_size(2 / 3, 12, 10) == 10  # Step 2 must find the layers it removes among them
+    assert shortlist_size(1, 12, 3) == 12 and shortlist_size(0.1, 12, 0) == 1
+    for share in (0, 1.5):
+        with pytest.raises(VitpruneError, match=r"shortlist share must be in \(0, 1\]"):
+            shortlist_size(share, 12, 1)

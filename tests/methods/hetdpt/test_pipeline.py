@@ -9,14 +9,18 @@ from dataclasses import replace
 import pytest
 import torch
 from reports import assert_written
+from torch.utils.data import Dataset
 
 import vitprune
-from vitprune.data import build_dataset, build_loader
+from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
+from vitprune.methods.hetdpt import transfer_entropy
+from vitprune.methods.hetdpt.importance import shortlist_size
+from vitprune.methods.hetdpt.merge import run_merge
 from vitprune.methods.hetdpt.pipeline import (
-    MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, configure, parse_split,
-    preset, run_hetdpt,
+    MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, HetDPTConfig, configure,
+    parse_split, preset, run_hetdpt,
 )
 from vitprune.training import TrainConfig, evaluate
 
@@ -115,10 +119,10 @@ def test_split_and_configure_parse_the_command_line():
     assert parse_split("auto") is None and parse_split("2,3") == (2, 3)
     with pytest.raises(VitpruneError, match="split takes 'auto' or two counts"):
         parse_split("2")
-    config = configure("digits", epochs=3, batch_size=32, lr=1e-3, distill="hard", shortlist=4)
+    config = configure("digits", epochs=3, batch_size=32, lr=1e-3, distill="hard", shortlist=0.5)
     assert config.finetune.epochs == 3 and config.finetune.lr == 1e-3
     assert {c.batch_size for c in (config.probe, config.search, config.finetune)} == {32}
-    assert config.distill == "hard" and config.shortlist == 4 and config.search.epochs == preset("digits").search.epochs
+    assert config.distill == "hard" and config.shortlist == 0.5 and config.search.epochs == preset("digits").search.epochs
     with pytest.raises(VitpruneError, match="unknown HetDPT preset 'cifar'"):
         preset("cifar")
 
@@ -135,3 +139,73 @@ def test_a_new_batch_scales_each_stages_learning_rate():
     assert given.finetune.lr == 3e-4 and given.probe.lr == config.probe.lr
     assert configure("imagenet").finetune.lr == imagenet.finetune.lr
     assert config.to_dict()["finetune"]["lr"] == config.finetune.lr
+
+
+def test_the_shortlist_is_on_by_default():
+    """Step 2 chooses among each type's lowest-TE layers unless told otherwise: 2/3 of them, the reference code's 8 of
+    12 (tests/methods/hetdpt/test_importance.py checks the sizes)."""
+    assert HetDPTConfig().shortlist == preset("digits").shortlist == preset("imagenet").shortlist == 2 / 3
+    for share in (0, 1.5):
+        with pytest.raises(VitpruneError, match=r"shortlist is a share of each type's layers, in \(0, 1\]"):
+            replace(HetDPTConfig(), shortlist=share).validate()
+
+
+class _Blanked(Dataset):
+    """``dataset`` with every image blanked: an augmentation no transfer entropy could be estimated on (constant
+    features), which tells whether TE looked at the augmented training images or at the calibration ones."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        image, label = self.dataset[index]
+        return torch.zeros_like(image), label
+
+
+@pytest.fixture(scope="module")
+def calibrated(setting, tmp_path_factory):
+    """Steps 1 and 2 with TE on the calibration images (the training split, evaluation transform) while training on
+    blanked ones, the reference code's output GELU on, saved without Stage 2 and unmerged."""
+    model, _, val, config = setting
+    plain = build_dataset("digits", "train", input_size=vitprune.get_adapter(model).input_size, is_training=False)
+    # At least one layer of each type, whatever the predictor makes of training on blank images.
+    config = replace(config, finetune=None, output_gelu=True, merge=False, min_per_type=1, probe_images=128)
+    run_dir = tmp_path_factory.mktemp("calibrated")
+    # Few images, for few steps: what is checked is which images TE saw.
+    train, val = _Blanked(balanced_subset(plain, 128, seed=1)), balanced_subset(val, 64, seed=0)
+    report = run_hetdpt(model, train, val, budget=3, run_dir=run_dir, config=config, calibration_set=plain,
+                        speed=SpeedConfig(enabled=False))
+    return model, plain, config, run_dir, report
+
+
+def test_te_is_estimated_on_the_calibration_images(calibrated):
+    model, plain, config, run_dir, report = calibrated
+    assert report.split["chosen_by"] == "predictor"  # Step 1 ran: its TE did not see the blanked images either
+    batches = list(build_loader(balanced_subset(plain, config.te_images, seed=0), 64, shuffle=False, seed=0))
+    selection = report.selection
+    for kind, removed in (("attention", report.attention), ("activation", report.activation)):
+        te = transfer_entropy(model, kind, batches, output_gelu=True)
+        assert selection["transfer_entropy"][kind] == {str(b): v for b, v in te.items()}
+        # Step 2 chose among the lowest-TE layers of the type: 3 of the 4 blocks (2/3, rounded).
+        assert selection["candidates"][kind] == sorted(te, key=te.get)[:shortlist_size(2 / 3, 4, len(removed))]
+        assert set(removed) <= set(selection["candidates"][kind])
+    assert json.loads((run_dir / SELECTION_FILE).read_text())["transfer_entropy"] == selection["transfer_entropy"]
+
+
+def test_without_merge_the_saved_model_keeps_fc1_and_fc2_apart(calibrated, tmp_path):
+    """``merge`` off: model/ holds the depth-pruned model unmerged (a recipe that loads on its own), which
+    :func:`run_merge` turns, exactly, into the merged one."""
+    _, _, _, run_dir, report = calibrated
+    pruned = vitprune.load(run_dir / MODEL_DIR)
+    views = vitprune.get_adapter(pruned).blocks()
+    assert report.merged_blocks == [] and report.activation
+    assert [v.index for v in views if not v.mlp.has_activation] == report.activation
+    assert not any(v.mlp.merged for v in views)
+    assert "merge_mlp" not in [e.op for e in vitprune.get_recipe(pruned).edits]
+    both = sorted(set(report.attention) & set(report.activation))
+    assert [v.index for v in views if isinstance(v.act, torch.nn.GELU)] == both  # output_gelu
+    merged = run_merge(pruned, out=tmp_path / "merged", speed=SpeedConfig(enabled=False))
+    assert merged.merged_blocks == report.activation and merged.max_abs_difference <= 1e-5

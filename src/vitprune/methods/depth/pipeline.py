@@ -16,6 +16,7 @@ from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
 from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, depth_requirements, prune_depth
+from vitprune.training.distributed import DistContext
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_depth"
@@ -73,12 +74,16 @@ class DepthReport(Report):
 
 def run_depth(model: nn.Module, config: DepthConfig, *, out: str | Path, name: str | None = None,
               speed: SpeedConfig = SpeedConfig(), device: torch.device | str | None = None,
-              progress: bool = False) -> DepthReport:
+              progress: bool = False, dist: DistContext | None = None) -> DepthReport:
     """Remove the attention of blocks ``config.attention`` and the activation of blocks ``config.activation`` from a
-    copy of ``model`` (:func:`~vitprune.surgery.prune_depth`), save it to ``out`` and time it against ``model``;
-    returns the report (``name``: the starting checkpoint's, for the report)."""
+    copy of ``model`` (:func:`~vitprune.surgery.prune_depth`), save it to ``out`` and time it against ``model`` on
+    ``device`` (default: ``dist``'s, else ``model``'s); returns the report (``name``: the starting checkpoint's, for
+    the report). Under torchrun (``dist``) every process prunes its copy, rank 0 alone saves and times, and every
+    process returns the same report."""
     config.validate()
     speed.validate()
+    if device is None and dist is not None:
+        device = dist.device
     pruned = copy.deepcopy(model)
     prune_depth(pruned, config.attention, config.activation, identity=config.identity, fold_norm=config.fold_norm,
                 output_gelu=config.output_gelu)

@@ -9,7 +9,7 @@ inheriting the previous round's fine-tuned weights:
 
 Within a type the layer removed is the one of minimal transfer entropy
 (:func:`~vitprune.methods.hetdpt.entropy.transfer_entropy`) on a fixed class-balanced subset of
-the training data. Algorithm 2 is written attention-first, while the paper's DeiT-B data were
+the training data, without augmentation (``te_set``). Algorithm 2 is written attention-first, while the paper's DeiT-B data were
 collected activation-first; ``order`` chooses, and the default follows the pseudo-code.
 
 Algorithm 2's first half-step, one layer of the first type, is the first round of Algorithm 1
@@ -38,12 +38,14 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
-from vitprune.data import balanced_subset, build_loader
+from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.entropy import transfer_entropy
+from vitprune.methods.stages import calibration_loader
 from vitprune.surgery import ATTENTION_IDENTITIES, prune_depth, remaining_layers
 from vitprune.training import TrainConfig, Trainer, evaluate
+from vitprune.training.distributed import DistContext, on_main
 from vitprune.training.progress import progress_bar
 
 #: The ``algorithm`` of a point: the starting model, Algorithm 1 along one type, Algorithm 2.
@@ -58,10 +60,11 @@ INTERLEAVED_ORDERS: dict[str, tuple[str, str]] = {
 
 def collect_predictor_data(
     model: nn.Module, train_set: Dataset, val_set: Dataset, *, max_attention: int, max_activation: int,
-    interleaved_rounds: int, finetune: TrainConfig, te_images: int = 512, te_batch_size: int = 128,
-    order: str = "attention-first", identity: str = "norm", device: torch.device | str | None = None,
+    interleaved_rounds: int, finetune: TrainConfig, te_set: Dataset | None = None, te_images: int = 512,
+    te_batch_size: int = 128, order: str = "attention-first", identity: str = "norm", output_gelu: bool = False,
+    device: torch.device | str | None = None,
     progress: bool = False, on_point: Callable[[list[dict[str, Any]]], None] | None = None,
-    resume_points: Sequence[dict[str, Any]] | None = None,
+    resume_points: Sequence[dict[str, Any]] | None = None, dist: DistContext | None = None,
 ) -> list[dict[str, Any]]:
     """MAP training points from Algorithms 1 and 2 (see the module docstring for their form).
 
@@ -70,9 +73,11 @@ def collect_predictor_data(
     and ``2 * interleaved_rounds`` of Algorithm 2 (in ``order``, a key of
     :data:`INTERLEAVED_ORDERS`), one fewer when its first step repeats Algorithm 1's (see the
     module docstring). Each round finds the layer of minimal TE (ties: the lower block) on
-    ``te_images`` class-balanced images of ``train_set`` (:func:`~vitprune.data.balanced_subset`,
-    in batches of ``te_batch_size``), removes it with :func:`~vitprune.surgery.prune_depth`
-    (``identity``; the MLP linears stay apart), fine-tunes on ``train_set`` under ``finetune`` and
+    ``te_images`` class-balanced images of ``te_set`` (:func:`~vitprune.data.balanced_subset`, in
+    batches of ``te_batch_size``; default ``train_set``, but TE should see the training images
+    without augmentation: pass them with the evaluation transform), removes it with
+    :func:`~vitprune.surgery.prune_depth` (``identity`` and ``output_gelu``, which TE's gated copy
+    follows too; the MLP linears stay apart), fine-tunes on ``train_set`` under ``finetune`` and
     evaluates top-1 on ``val_set`` in batches of ``finetune.batch_size``. ``device`` defaults to
     the model's; the given model is not modified.
 
@@ -84,6 +89,12 @@ def collect_predictor_data(
     included), so on the CPU a resumed call returns exactly the points of an uninterrupted one;
     on CUDA, nondeterministic kernels can make the replayed weights, and so later points, differ
     slightly. Like the :class:`~vitprune.training.Trainer` it runs, it reseeds the global RNGs.
+
+    Under torchrun (``dist``; every process calls it with the same arguments) each process scores
+    the layers on its share of the TE images (the entropies reduced over all of them), the fast
+    fine-tunes are data-parallel, and rank 0 alone evaluates each point, the others receiving its
+    top-1, so every process records the same points and removes the same layers. ``on_point`` runs
+    on every process (write files on rank 0: :func:`~vitprune.training.distributed.on_main`).
     """
     finetune.validate()
     if order not in INTERLEAVED_ORDERS:
@@ -101,15 +112,17 @@ def collect_predictor_data(
                   interleaved_rounds=interleaved_rounds)
     sweeps = _sweeps(max_attention, max_activation, interleaved_rounds, order)
     points = _resumed(resume_points or [], sweeps, remaining, num_blocks, max_attention)
-    te_batches = _te_batches(train_set, te_images, te_batch_size, finetune.seed)
+    te_batches = _te_batches(te_set if te_set is not None else train_set, te_images, te_batch_size, finetune.seed,
+                             dist)
     val_loader = build_loader(val_set, finetune.batch_size, shuffle=False, seed=0)
 
-    with progress_bar(progress) as bar:
+    with progress_bar(progress and (dist is None or dist.is_main)) as bar:
         total = 1 + sum(not shared for _, steps in sweeps for _, shared in steps)
         task = bar.add_task("dense model", total=total, completed=len(points), stats="")
 
         def record(algorithm: str, removed: dict[str, list[int]], evaluated: nn.Module) -> None:
-            top1 = 100 * evaluate(evaluated, val_loader)["top1"]
+            # Rank 0's figure for all: the next round's choice, and the predictor, must not differ between ranks.
+            top1 = 100 * on_main(lambda: evaluate(evaluated, val_loader)["top1"])
             points.append({"algorithm": algorithm, **_structure(removed, remaining, num_blocks), "top1": top1})
             bar.update(task, advance=1, stats=f"a={points[-1]['a']:.2f} t={points[-1]['t']:.2f}: top-1 {top1:.2f}%")
             if on_point is not None:
@@ -135,13 +148,14 @@ def collect_predictor_data(
                     block = point[f"{kind}_removed"][-1]
                 else:
                     bar.update(task, description=f"{where}: transfer entropy")
-                    scores = transfer_entropy(current, kind, te_batches, identity=identity)
+                    scores = transfer_entropy(current, kind, te_batches, identity=identity, output_gelu=output_gelu,
+                                              dist=dist)
                     block = min(scores, key=lambda b: (scores[b], b))
                 bar.update(task, description=f"{where}: {kind} {block} removed, fine-tuning")
-                prune_depth(current, **{kind: [block]}, identity=identity, merge=False)
+                prune_depth(current, **{kind: [block]}, identity=identity, output_gelu=output_gelu, merge=False)
                 removed[kind].append(block)
                 # No run directory: each round's weights live on only in the next round's model.
-                Trainer(current, train_set, finetune, device=device).fit()
+                Trainer(current, train_set, finetune, device=device, dist=dist).fit()
                 if not shared and point is None:
                     record(algorithm, removed, current)
     return points
@@ -223,10 +237,12 @@ def _structure(removed: dict[str, list[int]], remaining: dict[str, list[int]], n
             "t": (len(remaining["activation"]) - len(removed["activation"])) / num_blocks}
 
 
-def _te_batches(train_set: Dataset, size: int, batch_size: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The class-balanced TE images, read once, so every round scores layers on the same ones."""
-    loader = build_loader(balanced_subset(train_set, size, seed), batch_size, shuffle=False, seed=seed)
-    # Seeded as the Trainer seeds every fine-tune, so augmented images are the same in a resumed run.
+def _te_batches(dataset: Dataset, size: int, batch_size: int, seed: int,
+                dist: DistContext | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The class-balanced TE images (this process's share of them), read once, so every round scores layers on the
+    same ones."""
+    loader = calibration_loader(dataset, size, batch_size, seed, dist=dist)
+    # Seeded as the Trainer seeds every fine-tune, so augmented images (no te_set given) are the same in a resumed run.
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)

@@ -69,14 +69,14 @@ def feature_entropy(model: nn.Module, loader: Batches, *, max_images: int | None
 
 
 def transfer_entropy(model: nn.Module, kind: str, loader: Batches, *, candidates: Sequence[int] | None = None,
-                     identity: str = "norm", max_images: int | None = None, signed: bool = False,
-                     dist: DistContext | None = None) -> dict[int, float]:
+                     identity: str = "norm", output_gelu: bool = False, max_images: int | None = None,
+                     signed: bool = False, dist: DistContext | None = None) -> dict[int, float]:
     """``TE(l | S)`` of every remaining layer of ``kind`` (``"attention"`` or ``"activation"``), by block.
 
-    ``candidates`` restricts it to those blocks. ``identity`` is what a removed attention leaves
-    (as for :func:`~vitprune.surgery.prune_depth`); ``signed`` keeps the sign of the difference
-    (see the module docstring). ``max_images`` and ``dist`` are :func:`feature_entropy`'s. The
-    model is not modified.
+    ``candidates`` restricts it to those blocks. ``identity`` and ``output_gelu`` say what a removed
+    layer leaves (as for :func:`~vitprune.surgery.prune_depth`); ``signed`` keeps the sign of the
+    difference (see the module docstring). ``max_images`` and ``dist`` are :func:`feature_entropy`'s.
+    The model is not modified.
     """
     if kind not in LAYER_TYPES:
         raise VitpruneError(f"unknown layer type {kind!r} (choose from: {', '.join(LAYER_TYPES)})")
@@ -84,13 +84,13 @@ def transfer_entropy(model: nn.Module, kind: str, loader: Batches, *, candidates
         blocks = remaining_layers(model)[kind]
     else:
         blocks = check_depth_layers(model, **{kind: candidates})[LAYER_TYPES.index(kind)]
-    scores = _scores(model, [(kind, b) for b in blocks], loader, identity=identity, max_images=max_images,
-                     signed=signed, dist=dist)
+    scores = _scores(model, [(kind, b) for b in blocks], loader, identity=identity, output_gelu=output_gelu,
+                     max_images=max_images, signed=signed, dist=dist)
     return {block: score for _, block, score in scores}
 
 
 def rank_layers(model: nn.Module, loader: Batches, *, kinds: Sequence[str] = LAYER_TYPES, identity: str = "norm",
-                max_images: int | None = None, signed: bool = False,
+                output_gelu: bool = False, max_images: int | None = None, signed: bool = False,
                 dist: DistContext | None = None) -> list[tuple[str, int, float]]:
     """``(kind, block, TE)`` of every remaining layer of ``kinds``, lowest TE first: HetDPT's "TE-static".
 
@@ -103,16 +103,17 @@ def rank_layers(model: nn.Module, loader: Batches, *, kinds: Sequence[str] = LAY
         raise VitpruneError(f"unknown layer type {unknown[0]!r} (choose from: {', '.join(LAYER_TYPES)})")
     remaining = remaining_layers(model)
     layers = [(kind, block) for kind in dict.fromkeys(kinds) for block in remaining[kind]]
-    scores = _scores(model, layers, loader, identity=identity, max_images=max_images, signed=signed, dist=dist)
+    scores = _scores(model, layers, loader, identity=identity, output_gelu=output_gelu, max_images=max_images,
+                     signed=signed, dist=dist)
     return sorted(scores, key=lambda row: row[2])
 
 
-def _scores(model: nn.Module, layers: list[tuple[str, int]], loader: Batches, *, identity: str,
+def _scores(model: nn.Module, layers: list[tuple[str, int]], loader: Batches, *, identity: str, output_gelu: bool,
             max_images: int | None, signed: bool, dist: DistContext | None) -> list[tuple[str, int, float]]:
     """TE of each ``(kind, block)`` in ``layers``, masked one at a time in a gated copy, on one fixed image set."""
     batches = list(_take(loader, max_images))
     work = copy.deepcopy(model).eval()
-    gates = add_depth_gates(work, identity=identity)
+    gates = add_depth_gates(work, identity=identity, output_gelu=output_gelu)
     base = feature_entropy(work, batches, dist=dist)
     scores = []
     for kind, block in layers:

@@ -24,6 +24,7 @@ from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.surgery import DepthGates, add_depth_gates, remaining_layers
 from vitprune.training import TrainConfig, Trainer, TrainHooks
+from vitprune.training.distributed import DistContext
 
 
 @dataclass
@@ -68,6 +69,15 @@ def default_milestones(removals: int, total_steps: int, prune_fraction: float = 
     return [max(1, warmup_steps + round(span * (i + 1) / removals)) for i in range(removals)]
 
 
+def shortlist_size(share: float, layers: int, removing: int) -> int:
+    """How many of a type's ``layers`` Step 2 chooses among when it removes ``removing`` of them: ``share`` of them,
+    rounded (the reference code's candidate lists hold 8 of 12 blocks per type: ``share`` 2/3), but at least the
+    ``removing`` it must find there and at most all of them."""
+    if not 0 < share <= 1:
+        raise VitpruneError(f"the shortlist share must be in (0, 1], got {share}")
+    return min(layers, max(removing, round(share * layers)))
+
+
 class _ProgressiveRemoval(TrainHooks):
     """Masks out one layer at each milestone step; ``pick`` says which."""
 
@@ -104,16 +114,16 @@ def _remaining(gates: DepthGates, kind: str, candidates: dict[str, Sequence[int]
 
 
 def _run(model: nn.Module, train_set: Dataset, config: TrainConfig, order: list[str | None],
-         pick_from: Callable[[DepthGates, str | None], list[tuple[str, int]]], *, identity: str,
+         pick_from: Callable[[DepthGates, str | None], list[tuple[str, int]]], *, identity: str, output_gelu: bool,
          milestones: list[int] | None, prune_fraction: float, device: torch.device | str | None,
-         on_batch: Callable | None) -> Selection:
+         on_batch: Callable | None, dist: DistContext | None) -> Selection:
     if milestones is not None and (len(milestones) != len(order) or list(milestones) != sorted(milestones)):
         raise VitpruneError(f"give {len(order)} milestones in increasing order, got {list(milestones)}")
     work = copy.deepcopy(model)
-    gates = add_depth_gates(work, identity=identity)
+    gates = add_depth_gates(work, identity=identity, output_gelu=output_gelu)
     hooks = _ProgressiveRemoval(gates, order, list(milestones) if milestones else None, prune_fraction,
                                 lambda turn: pick_from(gates, turn))
-    trainer = Trainer(work, train_set, config, hooks=hooks, device=device)
+    trainer = Trainer(work, train_set, config, hooks=hooks, device=device, dist=dist)
     trainer.fit(on_batch=on_batch)
     while len(hooks.history) < len(order):  # milestones past the last step: remove the rest at the end
         hooks.remove(trainer.step)
@@ -125,14 +135,22 @@ def _run(model: nn.Module, train_set: Dataset, config: TrainConfig, order: list[
 
 def select_layers(model: nn.Module, train_set: Dataset, config: TrainConfig, *, attention: int, activation: int,
                   candidates: dict[str, Sequence[int]] | None = None, identity: str = "norm",
-                  milestones: list[int] | None = None, prune_fraction: float = 0.5,
-                  device: torch.device | str | None = None, on_batch: Callable | None = None) -> Selection:
+                  output_gelu: bool = False, milestones: list[int] | None = None, prune_fraction: float = 0.5,
+                  device: torch.device | str | None = None, on_batch: Callable | None = None,
+                  dist: DistContext | None = None) -> Selection:
     """Train a gated copy of ``model`` and remove ``attention`` + ``activation`` layers by within-type importance.
 
     Removals interleave the types (:func:`interleaved_order`) at ``milestones`` (optimisation steps;
     default :func:`default_milestones`). ``candidates`` restricts a type to a shortlist (e.g. the
-    lowest-TE layers), as the reference code does. The caller's model is not changed; the
-    returned :class:`Selection` holds the trained, gated copy.
+    lowest-TE layers, :func:`shortlist_size` of them), as the reference code does. ``identity`` and
+    ``output_gelu`` are :func:`~vitprune.surgery.add_depth_gates`'s: the gated copy computes what
+    :func:`~vitprune.surgery.prune_depth` with them would build, so the search trains the function
+    the pruned model has. The caller's model is not changed; the returned :class:`Selection` holds
+    the trained, gated copy.
+
+    Under torchrun (``dist``) the training is data-parallel: the importance scores are parameters of
+    the gated copy, so DDP averages their gradients with the weights', every process holds the same
+    scores, and every process removes the same layers at the same steps.
     """
     available = {kind: len(blocks) for kind, blocks in remaining_layers(model).items()}
     for kind, wanted in (("attention", attention), ("activation", activation)):
@@ -144,17 +162,19 @@ def select_layers(model: nn.Module, train_set: Dataset, config: TrainConfig, *, 
         return [(turn, b) for b in _remaining(gates, turn, candidates)]
 
     return _run(model, train_set, config, interleaved_order(attention, activation), pick_from, identity=identity,
-                milestones=milestones, prune_fraction=prune_fraction, device=device, on_batch=on_batch)
+                output_gelu=output_gelu, milestones=milestones, prune_fraction=prune_fraction, device=device,
+                on_batch=on_batch, dist=dist)
 
 
 def select_layers_across_types(model: nn.Module, train_set: Dataset, config: TrainConfig, *, budget: int,
-                               identity: str = "norm", milestones: list[int] | None = None,
+                               identity: str = "norm", output_gelu: bool = False, milestones: list[int] | None = None,
                                prune_fraction: float = 0.5, device: torch.device | str | None = None,
-                               on_batch: Callable | None = None) -> Selection:
+                               on_batch: Callable | None = None, dist: DistContext | None = None) -> Selection:
     """Baseline without Step 1: remove ``budget`` layers, each time the lowest importance of *either* type.
 
     This is the comparison HetDPT argues against (paper App. D, Table 11): gradient scales differ
-    between the types, so the split it lands on is an artefact of that disparity.
+    between the types, so the split it lands on is an artefact of that disparity. The other
+    arguments are :func:`select_layers`'.
     """
     total = sum(len(blocks) for blocks in remaining_layers(model).values())
     if not 1 <= budget <= total:
@@ -163,5 +183,5 @@ def select_layers_across_types(model: nn.Module, train_set: Dataset, config: Tra
     def pick_from(gates: DepthGates, _turn: str | None) -> list[tuple[str, int]]:
         return [(kind, b) for kind in LAYER_TYPES for b in _remaining(gates, kind, None)]
 
-    return _run(model, train_set, config, [None] * budget, pick_from, identity=identity, milestones=milestones,
-                prune_fraction=prune_fraction, device=device, on_batch=on_batch)
+    return _run(model, train_set, config, [None] * budget, pick_from, identity=identity, output_gelu=output_gelu,
+                milestones=milestones, prune_fraction=prune_fraction, device=device, on_batch=on_batch, dist=dist)

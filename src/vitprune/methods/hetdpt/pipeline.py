@@ -8,7 +8,8 @@ interrupted run picks up where it stopped and a finished stage is never redone:
     run_dir/predictor.png           its accuracy surface, the budget line and the chosen split
     run_dir/selection.json          Step 2: the chosen blocks and their importance scores
     run_dir/finetune/               Stage 2 fine-tuning run (checkpoints, metrics.jsonl)
-    run_dir/model/                  the pruned, fine-tuned and merged model (recipe + weights)
+    run_dir/model/                  the pruned, fine-tuned and merged model (recipe + weights; fc1 and fc2 kept
+                                    apart with ``merge`` off, for ``vitprune prune merge`` after recovery)
     run_dir/report.json             accuracies, params, MACs (both conventions), speed, time per stage
 """
 
@@ -31,19 +32,21 @@ from vitprune.config import setting
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.collect import INTERLEAVED_ORDERS, collect_predictor_data
 from vitprune.methods.hetdpt.entropy import transfer_entropy
-from vitprune.methods.hetdpt.importance import select_layers
+from vitprune.methods.hetdpt.importance import select_layers, shortlist_size
 from vitprune.methods.hetdpt.plots import plot_predictor
-from vitprune.methods.hetdpt.predictor import fit_predictor, load_predictor, save_predictor, search_split
+from vitprune.methods.hetdpt.predictor import PredictorFit, fit_predictor, load_predictor, save_predictor, search_split
 from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, prepare_run_dir, time_against
+from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.surgery import (
     ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, merge_linear_mlps, prune_depth, remaining_layers,
     remove_depth_gates,
 )
-from vitprune.training import KINDS, TrainConfig, evaluate, finetune_pruned
+from vitprune.training import KINDS, TrainConfig, evaluate
+from vitprune.training.distributed import DistContext, on_main
 
 #: What HetDPT needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
 REQUIRES = ("attention_removal", "activation_removal", "gates")
@@ -58,7 +61,9 @@ class HetDPTConfig:
 
     #: What a removed attention leaves (:data:`vitprune.surgery.ATTENTION_IDENTITIES`).
     identity: str = setting("norm", choices=ATTENTION_IDENTITIES, help=IDENTITY_HELP)
-    #: The reference code's GELU after blocks that lost both layers (compatibility only).
+    #: The reference code's GELU on the output of every block that lost both layers (compatibility only: the
+    #: paper's block has none). Where it is on, Steps 1 and 2 apply it as the pruned model does (TE, the fast
+    #: fine-tunes, the gated search), so that they measure and train the function Stage 2 fine-tunes.
     output_gelu: bool = setting(False, flag="--output-gelu", help=OUTPUT_GELU_HELP)
     # Step 1: predictor data and fit.
     #: Fast fine-tune after each removal while collecting predictor data.
@@ -79,8 +84,14 @@ class HetDPTConfig:
     # Step 2: learnable importance.
     search: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=20, lr=5e-5, batch_size=128))
     prune_fraction: float = 0.5
-    #: Restrict each type to its ``shortlist`` lowest-TE layers (``None``: every layer is a candidate).
-    shortlist: int | None = setting(None, min=1, help="Step 2 chooses among each type's N lowest-TE layers.")
+    #: Step 2 chooses each type's layers among its lowest-TE ones (one TE pass from the model it starts from, on
+    #: ``te_images`` calibration images): this share of the type's layers, rounded, but at least as many as it
+    #: removes (:func:`~vitprune.methods.hetdpt.importance.shortlist_size`). Our reading of the reference code's
+    #: hard-coded candidate lists, which hold 8 of DeiT's 12 blocks per type and look TE-ranked (the ablation's
+    #: "TE + Step 2"): the share 2/3, so 8 of 12 blocks, and as many in proportion at other depths. 1: every layer
+    #: is a candidate (no TE).
+    shortlist: float = setting(2 / 3, min=0, max=1, help="Step 2 chooses among each type's lowest-TE layers, this "
+                                                      "share of them (2/3: the reference code's 8 of 12); 1: all.")
     # Stage 2: fine-tuning (``None``: prune and merge only, e.g. when a chain fine-tunes later).
     finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(epochs=100, lr=5e-5, batch_size=128,
                                                                       warmup_epochs=5))
@@ -89,6 +100,12 @@ class HetDPTConfig:
     tau: float = 1.0
     #: Stage 2 starts from the ``original`` weights (the reference code) or from the Step-2 ``search`` ones.
     init: str = "original"
+    #: Stage 2 ends by merging each fc1·fc2 pair whose GELU went into one Linear (exact). Off, ``model/`` keeps
+    #: them apart (recipe edits ``remove_activation`` with ``merge=False``), so that a recovery run elsewhere
+    #: (``vitprune finetune``, a chain's fine-tune step) trains the two linears as the paper's Stage 2 does;
+    #: ``vitprune prune merge`` (:func:`~vitprune.methods.hetdpt.merge.run_merge`) merges them afterwards.
+    merge: bool = setting(True, help="End by merging each fc1·fc2 pair whose GELU went; --no-merge keeps them "
+                                     "apart for a later fine-tune, then `vitprune prune merge`.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -101,6 +118,8 @@ class HetDPTConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
+        if not 0 < self.shortlist <= 1:
+            raise VitpruneError(f"shortlist is a share of each type's layers, in (0, 1]; got {self.shortlist}")
         for stage in (self.probe, self.search, self.finetune):
             if stage is not None:
                 stage.validate()
@@ -113,13 +132,15 @@ class HetDPTReport(Report):
     budget: int
     #: ``attention`` and ``activation`` layers removed, ``chosen_by`` the ``predictor`` or the ``user``.
     split: dict[str, Any]
-    #: Blocks whose attention was removed, and whose activation was (their fc1·fc2 merged).
+    #: Blocks whose attention was removed, and whose activation was; those whose fc1·fc2 were merged (none with
+    #: ``merge`` off).
     attention: list[int]
     activation: list[int]
     merged_blocks: list[int]
     #: Step 1: the predictor's fit, the split it chose and its plot; ``None`` when the split was given.
     predictor: dict[str, Any] | None
-    #: Step 2: the chosen layers, their importance scores and the candidates.
+    #: Step 2: the chosen layers, their importance scores, the shortlisted candidates and the TE of every layer they
+    #: were shortlisted by (``None``: no shortlist).
     selection: dict[str, Any]
     #: Validation top-1: ``dense``, ``pruned`` (right after removal), ``finetuned`` and ``finetune_best``.
     top1: dict[str, float | None]
@@ -137,7 +158,13 @@ class HetDPTReport(Report):
 
 def preset(name: str) -> HetDPTConfig:
     """``"digits"``: sized for the embedded digits model inside ``vitprune demo`` (minutes on 2 CPU cores);
-    ``"imagenet"``: the reference code's scale (DeiT on ImageNet, GPUs)."""
+    ``"imagenet-hetdpt"`` (alias ``"imagenet"``): the paper's recipe at its code's scale (DeiT on ImageNet, 8 GPUs),
+    the training presets of :mod:`vitprune.training.presets`: Step 1's fast fine-tunes ``imagenet-hetdpt-step1``,
+    Step 2's search ``imagenet-hetdpt-step2``, Stage 2's fine-tune and distillation ``imagenet-hetdpt``; the
+    predictor's data on a 64,000-image class-balanced subset (the note's ~5% reading of the paper's "representative
+    subset"), transfer entropy on 2,048 images, and an interleaved sweep of 3 rounds (the paper's data stop at 3+3)."""
+    from vitprune.training.presets import get_preset
+
     if name == "digits":
         return HetDPTConfig(
             probe=TrainConfig(epochs=1, lr=5e-4, batch_size=64),
@@ -145,16 +172,13 @@ def preset(name: str) -> HetDPTConfig:
             search=TrainConfig(epochs=2, lr=5e-4, batch_size=64),
             finetune=TrainConfig(epochs=8, lr=5e-4, batch_size=64, warmup_epochs=1),
             distill="soft")
-    if name == "imagenet":
+    if name in ("imagenet", "imagenet-hetdpt"):
+        stage2 = get_preset("imagenet-hetdpt")
         return HetDPTConfig(
-            probe=TrainConfig(epochs=10, lr=5e-5, batch_size=512, warmup_epochs=1),
-            probe_images=64_000, te_images=2048, interleaved_rounds=3,
-            search=TrainConfig(epochs=20, lr=5e-5, batch_size=512, warmup_epochs=2, label_smoothing=0.1),
-            finetune=TrainConfig(epochs=400, lr=4e-4, min_lr=1e-5, batch_size=4096, warmup_epochs=10,
-                                 weight_decay=0.08, mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1,
-                                 ema_decay=0.99996),
-            distill="hard")
-    raise VitpruneError(f"unknown HetDPT preset {name!r} (choose from: digits, imagenet)")
+            probe=get_preset("imagenet-hetdpt-step1").train, probe_images=64_000, te_images=2048,
+            interleaved_rounds=3, search=get_preset("imagenet-hetdpt-step2").train, finetune=stage2.train,
+            distill=stage2.distill.distill, alpha=stage2.distill.alpha, tau=stage2.distill.tau)
+    raise VitpruneError(f"unknown HetDPT preset {name!r} (choose from: digits, imagenet-hetdpt, imagenet)")
 
 
 @dataclass(frozen=True)
@@ -167,6 +191,8 @@ class StageOverrides:
     lr: float | None = setting(None, help="Stage-2 peak learning rate (default: the preset's, scaled with the batch).")
     batch_size: int | None = setting(None, short="-b", min=1,
                                      help="Global batch for every stage; each stage's lr scales with it.")
+    workers: int | None = setting(None, min=0, help="Data-loading worker processes per training process, in every "
+                                                    "stage (the result does not depend on it).  [default: 0]")
 
     def apply(self, config: HetDPTConfig) -> HetDPTConfig:
         """``config`` with these changes; a new batch scales each stage's lr (:meth:`TrainConfig.at_batch`)
@@ -174,6 +200,8 @@ class StageOverrides:
         stages = {"probe": config.probe, "search": config.search, "finetune": config.finetune}
         changes = {"probe": {"epochs": self.probe_epochs}, "search": {"epochs": self.search_epochs},
                    "finetune": {"epochs": self.epochs, "lr": self.lr}}
+        for stage in changes.values():
+            stage["workers"] = self.workers
         for stage, train in stages.items():
             if train is None:
                 continue
@@ -185,7 +213,7 @@ class StageOverrides:
 
 #: The :class:`StageOverrides` that reach Steps 1 and 2 (a HetDPT run without its own Stage 2, such as a chain
 #: step, takes only these).
-STEP_OVERRIDES = ("probe_epochs", "search_epochs", "batch_size")
+STEP_OVERRIDES = ("probe_epochs", "search_epochs", "batch_size", "workers")
 
 
 def configure(name: str, **settings: Any) -> HetDPTConfig:
@@ -229,14 +257,24 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
                split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
                device: torch.device | str | None = None, progress: bool = False,
                log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-               predictor: str | Path | None = None, speed: SpeedConfig = SpeedConfig()) -> HetDPTReport:
+               predictor: str | Path | None = None, speed: SpeedConfig = SpeedConfig(),
+               calibration_set: Dataset | None = None, dist: DistContext | None = None) -> HetDPTReport:
     """Remove ``budget`` layers (attention + activation) from a copy of ``model`` the HetDPT way; returns the report.
 
     ``split`` fixes how many of each type (attention, activation); ``None`` lets the predictor
     choose, fitted here or loaded from ``predictor`` (an earlier run's ``predictor.json``: one fit
-    serves every budget). The pruned, fine-tuned, merged model is saved to ``run_dir/model``. With
-    ``resume``, finished stages found in ``run_dir`` are reused and the fine-tuning run continues
-    from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
+    serves every budget). Transfer entropy (Step 1's removals, Step 2's shortlist) is estimated on
+    images of ``calibration_set``: the training images with the evaluation transform, which the CLI
+    passes (default ``train_set``, augmented). The pruned, fine-tuned, merged model (unmerged with
+    ``config.merge`` off) is saved to ``run_dir/model``. With ``resume``, finished stages found in
+    ``run_dir`` are reused and the fine-tuning run continues from its checkpoint; without it, a
+    ``run_dir`` holding a previous run is an error.
+
+    Under torchrun (``dist``; every process calls it with the same arguments) each process estimates
+    the transfer entropy on its share of the calibration images (reduced over all of them), every
+    fine-tune (Step 1's fast ones, Step 2's search, Stage 2) is data-parallel, and rank 0 alone
+    evaluates Step 1's points, reads and writes the run directory and times the model; every process
+    gets what it read or decided and returns the same report.
     """
     get_adapter(model).require(*REQUIRES, by="HetDPT")
     config = config or HetDPTConfig()
@@ -244,7 +282,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     speed.validate()
     check_budget(model, budget, split)
     run_dir = prepare_run_dir(run_dir, resume)
-    if predictor is not None and not Path(predictor).is_file():
+    if predictor is not None and not on_main(Path(predictor).is_file):
         raise VitpruneError(f"predictor file {predictor} does not exist")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     stages = Stages(log)
@@ -255,17 +293,18 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     step1 = None
     if split is None:
         step1, split = stages.run("step 1: predictor of accuracy per split", lambda: _step1(
-            model, train_set, val_set, budget, num_blocks, config, run_dir, device, progress, log, resume,
-            predictor))
+            model, train_set, val_set, calibration_set, budget, num_blocks, config, run_dir, device, progress, log,
+            resume, predictor, dist))
     selection = stages.run("step 2: learnable importance within each type", lambda: _step2(
-        model, train_set, split, config, run_dir, device, progress, resume))
+        model, train_set, calibration_set if calibration_set is not None else train_set, split, config, run_dir,
+        device, resume, dist))
 
     pruned, recovery = stages.run("stage 2: fine-tune and merge", lambda: prune_and_recover(
         model, selection["attention"], selection["activation"], train_set, val_set, config,
         run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress, resume=resume,
-        start=selection.pop("model", None)))
-    save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {"budget": budget, "split": list(split), **{
-        k: selection[k] for k in ("attention", "activation")}}})
+        start=selection.pop("model", None), dist=dist))
+    on_main(lambda: save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {
+        "budget": budget, "split": list(split), **{k: selection[k] for k in ("attention", "activation")}}}))
 
     timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
     report = HetDPTReport(
@@ -276,23 +315,21 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
         top1={"dense": dense_top1, **recovery}, dense=count_macs(model).totals(), pruned=count_macs(pruned).totals(),
         mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
         model_dir=str(run_dir / MODEL_DIR))
-    write_json(run_dir / REPORT_FILE, report.to_dict())
+    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
 
 
-def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, num_blocks: int,
-           config: HetDPTConfig, run_dir: Path, device: torch.device, progress: bool,
-           log: Callable[[str], None], resume: bool,
-           reuse: str | Path | None) -> tuple[dict[str, Any], tuple[int, int]]:
+def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, te_set: Dataset | None, budget: int,
+           num_blocks: int, config: HetDPTConfig, run_dir: Path, device: torch.device, progress: bool,
+           log: Callable[[str], None], resume: bool, reuse: str | Path | None,
+           dist: DistContext | None) -> tuple[dict[str, Any], tuple[int, int]]:
     points_path, predictor_path = run_dir / POINTS_FILE, run_dir / PREDICTOR_FILE
-    if reuse is not None or (resume and predictor_path.exists()):
-        source = Path(reuse) if reuse is not None else predictor_path
-        fit = load_predictor(source)
-        if reuse is not None:
-            save_predictor(fit, predictor_path)
-        log(f"  reusing the predictor in {source}")
+    # Rank 0 reads and writes the run directory; on_main hands every process what it read, so all take one branch.
+    fit = on_main(lambda: _reused_predictor(reuse, predictor_path, resume))
+    if fit is not None:
+        log(f"  reusing the predictor in {reuse if reuse is not None else predictor_path}")
     else:
-        saved = read_json(points_path) if resume and points_path.exists() else None
+        saved = on_main(lambda: read_json(points_path) if resume and points_path.exists() else None)
         probe_set = train_set if config.probe_images is None else balanced_subset(train_set, config.probe_images,
                                                                                     seed=0)
         remaining = remaining_layers(model)
@@ -301,14 +338,20 @@ def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, 
         rounds = min(config.interleaved_rounds if config.interleaved_rounds is not None else budget // 2, sweep)
         points = collect_predictor_data(
             model, probe_set, val_set, max_attention=sweep, max_activation=sweep,
-            interleaved_rounds=rounds, finetune=config.probe, te_images=config.te_images,
-            order=config.interleaved_order, identity=config.identity, device=device, progress=progress,
-            on_point=lambda pts: write_json(points_path, pts), resume_points=saved)
-        write_json(points_path, points)
-        fit = fit_predictor([(p["a"], p["t"], p["top1"]) for p in points], degrees=config.degrees)
-        save_predictor(fit, predictor_path)
+            interleaved_rounds=rounds, finetune=config.probe, te_set=te_set, te_images=config.te_images,
+            order=config.interleaved_order, identity=config.identity, output_gelu=config.output_gelu,
+            device=device, progress=progress,
+            on_point=lambda pts: on_main(lambda: write_json(points_path, pts)), resume_points=saved, dist=dist)
+
+        def fit_and_save() -> PredictorFit:
+            write_json(points_path, points)
+            fitted = fit_predictor([(p["a"], p["t"], p["top1"]) for p in points], degrees=config.degrees)
+            save_predictor(fitted, predictor_path)
+            return fitted
+
+        fit = on_main(fit_and_save)
     chosen = search_split(fit, budget, num_blocks, min_per_type=config.min_per_type)
-    plot_predictor(fit, run_dir / PREDICTOR_PLOT, num_layers=num_blocks, split=chosen)
+    on_main(lambda: plot_predictor(fit, run_dir / PREDICTOR_PLOT, num_layers=num_blocks, split=chosen))
     log(f"  predictor: degree {fit.degree}, L2OCV MAE {fit.mae:.3f}, RMSE {fit.rmse:.3f}; "
         f"split {chosen.attention} attention + {chosen.activation} activation "
         f"(predicted {chosen.predicted:.2f}%)")
@@ -316,25 +359,39 @@ def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, budget: int, 
     return summary, (chosen.attention, chosen.activation)
 
 
-def _step2(model: nn.Module, train_set: Dataset, split: tuple[int, int], config: HetDPTConfig, run_dir: Path,
-           device: torch.device, progress: bool, resume: bool) -> dict[str, Any]:
+def _reused_predictor(reuse: str | Path | None, path: Path, resume: bool) -> PredictorFit | None:
+    """The predictor in ``reuse`` (copied to ``path``), else, resuming, the one at ``path``; ``None``: fit one."""
+    if reuse is not None:
+        fit = load_predictor(reuse)
+        save_predictor(fit, path)
+        return fit
+    return load_predictor(path) if resume and path.exists() else None
+
+
+def _step2(model: nn.Module, train_set: Dataset, te_set: Dataset, split: tuple[int, int], config: HetDPTConfig,
+           run_dir: Path, device: torch.device, resume: bool, dist: DistContext | None) -> dict[str, Any]:
     path = run_dir / SELECTION_FILE
-    if resume and path.exists() and config.init == "original":
-        selection = read_json(path)
-        if (len(selection["attention"]), len(selection["activation"])) == split:
-            return selection
+    if resume and config.init == "original":
+        saved = on_main(lambda: read_json(path) if path.exists() else None)
+        if saved is not None and (len(saved["attention"]), len(saved["activation"])) == split:
+            return saved
     # A fine-tuning run left by an earlier selection would resume into the wrong structure.
-    shutil.rmtree(run_dir / FINETUNE_DIR, ignore_errors=True)
-    candidates = None
-    if config.shortlist is not None:
-        loader = build_loader(balanced_subset(train_set, config.te_images, seed=0), 64, shuffle=False, seed=0)
-        candidates = {kind: sorted(te := transfer_entropy(model, kind, loader, identity=config.identity),
-                                   key=te.get)[:config.shortlist] for kind in ("attention", "activation")}
+    on_main(lambda: shutil.rmtree(run_dir / FINETUNE_DIR, ignore_errors=True))
+    candidates = te = None
+    if config.shortlist < 1:
+        batches = list(calibration_loader(te_set, config.te_images, 64, 0, dist=dist))
+        te = {kind: transfer_entropy(model, kind, batches, identity=config.identity, output_gelu=config.output_gelu,
+                                     dist=dist)
+              for kind in LAYER_TYPES}
+        # Lowest TE first, ties to the earlier block (the scores are in block order).
+        candidates = {kind: sorted(scores, key=scores.get)[:shortlist_size(config.shortlist, len(scores), removing)]
+                      for (kind, scores), removing in zip(te.items(), split)}
     result = select_layers(model, train_set, config.search, attention=split[0], activation=split[1],
-                           candidates=candidates, identity=config.identity, prune_fraction=config.prune_fraction,
-                           device=device)
-    selection = {**result.to_dict(), "candidates": candidates}
-    write_json(path, selection)
+                           candidates=candidates, identity=config.identity, output_gelu=config.output_gelu,
+                           prune_fraction=config.prune_fraction, device=device, dist=dist)
+    te_json = None if te is None else {kind: {str(b): v for b, v in scores.items()} for kind, scores in te.items()}
+    selection = {**result.to_dict(), "candidates": candidates, "transfer_entropy": te_json}
+    on_main(lambda: write_json(path, selection))
     if config.init == "search":
         remove_depth_gates(result.model)
         selection["model"] = result.model
@@ -344,24 +401,22 @@ def _step2(model: nn.Module, train_set: Dataset, split: tuple[int, int], config:
 def prune_and_recover(model: nn.Module, attention: list[int], activation: list[int], train_set: Dataset,
                       val_set: Dataset, config: HetDPTConfig, *, run_dir: str | Path | None = None,
                       device: torch.device | str | None = None, progress: bool = False, resume: bool = False,
-                      start: nn.Module | None = None) -> tuple[nn.Module, dict[str, Any]]:
+                      start: nn.Module | None = None,
+                      dist: DistContext | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """Stage 2 for a given choice of layers: remove them, fine-tune with fc1/fc2 apart, then merge.
 
     Works on a copy of ``start`` (default: ``model``); ``model`` is the teacher when ``config``
     distils. ``run_dir`` keeps the fine-tuning run's checkpoints (resumable with ``resume``).
-    Returns the merged model and ``{"pruned", "finetuned", "finetune_best"}`` top-1 on
-    ``val_set`` (right after removal, at the end, best epoch) with the ``merged_blocks``; without
-    ``config.finetune`` only ``"pruned"``.
+    Returns the merged model (unmerged with ``config.merge`` off) and ``{"pruned", "finetuned",
+    "finetune_best"}`` top-1 on ``val_set`` (right after removal, at the end, best epoch) with the
+    ``merged_blocks``; without ``config.finetune`` only ``"pruned"``. Under torchrun (``dist``) the
+    fine-tune is data-parallel (:func:`~vitprune.methods.stages.recover`).
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     pruned = copy.deepcopy(start if start is not None else model).to(device)
     prune_depth(pruned, attention, activation, identity=config.identity, output_gelu=config.output_gelu, merge=False)
     val_loader = build_loader(val_set, (config.finetune or config.search).batch_size, shuffle=False, seed=0)
-    top1 = {"pruned": evaluate(pruned, val_loader)["top1"]}
-    if config.finetune is not None:
-        history = finetune_pruned(pruned, train_set, val_set, config.finetune, teacher=model,
-                                  distill=config.distill, alpha=config.alpha, tau=config.tau, run_dir=run_dir,
-                                  device=device, progress=progress, resume=resume)
-        top1 |= {"finetuned": evaluate(pruned, val_loader)["top1"],
-                 "finetune_best": max((h["val_top1"] for h in history), default=None)}
-    return pruned, {**top1, "merged_blocks": merge_linear_mlps(pruned)}
+    top1 = recover(Stages(), pruned, model, train_set, val_loader, config.finetune, val_set=val_set,
+                   distill=config.distill, alpha=config.alpha, tau=config.tau, run_dir=run_dir, device=device,
+                   progress=progress, resume=resume, dist=dist)
+    return pruned, {**top1, "merged_blocks": merge_linear_mlps(pruned) if config.merge else []}

@@ -39,7 +39,9 @@ from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import TrainConfig, evaluate
+from vitprune.training.distributed import DistContext, on_main
 from vitprune.training.engine import METRICS_FILE
+from vitprune.training.presets import get_preset
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
 PLOT_FILE = "architecture.png"
@@ -47,9 +49,13 @@ PLOT_FILE = "architecture.png"
 #: has attention, and their value dimensions where it can give heads their own widths (``layer_shapes``).
 REQUIRES = ("gates", "ffn_width")
 
-#: HiAP's training settings besides the epochs, by default (the paper's: AdamW at 5e-5, batch 256, no
-#: warm-up); ``vitprune prune hiap`` and a chain's ``hiap`` step take theirs from here.
-TRAIN_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "batch_size": 256, "warmup_epochs": 0.0}
+#: The paper's training recipe on ImageNet (:mod:`vitprune.training.presets`).
+PRESET = "imagenet-hiap"
+#: HiAP's training settings besides the epochs, by default: the paper's schedule of :data:`PRESET` (AdamW at 5e-5,
+#: batch 256, no warm-up) without its augmentation; ``vitprune prune hiap`` and a chain's ``hiap`` step take
+#: theirs from here.
+TRAIN_DEFAULTS: dict[str, Any] = {key: getattr(get_preset(PRESET).train, key)
+                                  for key in ("lr", "batch_size", "warmup_epochs")}
 
 
 @dataclass
@@ -90,13 +96,16 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
              config: HiAPConfig | None = None, device: torch.device | str | None = None, progress: bool = False,
              log: Callable[[str], None] = lambda _msg: None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
              resume: bool = False, speed: SpeedConfig = SpeedConfig(),
-             budget_tolerance: float = 0.02) -> HiAPReport:
+             budget_tolerance: float = 0.02, dist: DistContext | None = None) -> HiAPReport:
     """HiAP on a copy of ``model``: train it with its gates for ``train``'s epochs, extract it; returns the report.
 
     With ``config.target_macs`` the controller steers λ towards the budget and the extraction's
     hardening threshold is the one nearest the paper's 0 that lands within ``budget_tolerance``
     below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``resume``
     continues the training run in ``run_dir``; without it a ``run_dir`` holding a run is an error.
+    Under torchrun (``dist``; every process calls it with the same arguments) the training is data-parallel,
+    every process extracts the same model from the same gates, and rank 0 alone writes the run directory
+    (and reads its history) and times the model; every process returns the same report.
     """
     get_adapter(model).require(*REQUIRES, by="HiAP")
     config = config or HiAPConfig()
@@ -114,8 +123,8 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     work = copy.deepcopy(model)
     gates, _ = stages.run("train weights and gates", lambda: train_gates(
         work, train_set, config, train, val_set=val_set, teacher=model, run_dir=run_dir / SEARCH_DIR, device=device,
-        resume=resume, progress=progress, on_epoch=on_epoch))
-    _save_gates(gates, run_dir / GATES_FILE)
+        resume=resume, progress=progress, on_epoch=on_epoch, dist=dist))
+    on_main(lambda: _save_gates(gates, run_dir / GATES_FILE))
     dense_macs = count_macs(model)
     threshold = 0.0
     if config.target_macs is not None:
@@ -124,22 +133,22 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     predicted = hardened_macs(gates, fixed, threshold)
     stages.run("extract the pruned model", lambda: extract(work, gates, threshold))
     top1["extracted"] = evaluate(work, val_loader)["top1"]
-    history = _history(run_dir / SEARCH_DIR)  # every epoch, those of interrupted earlier calls included
+    history = on_main(lambda: _history(run_dir / SEARCH_DIR))  # every epoch, interrupted earlier calls' included
     if history and "val_top1" in history[-1]:  # the hardened gates on the unextracted model
         top1["gated_last_epoch"] = history[-1]["val_top1"]
     summary = {"target_macs": config.target_macs, "threshold": threshold, "macs_predicted": predicted,
                "heads": sum(layer["heads"] for layer in layers), "neurons": sum(layer["neurons"] for layer in layers),
                "ffn_closed": [b for b, layer in enumerate(layers) if not layer["ffn"]]}
-    save(work, run_dir / MODEL_DIR, metadata={"hiap": summary})
-    plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} M MACs "
-                                                         f"(dense {dense_macs.macs / 1e6:.2f} M)")
+    on_main(lambda: save(work, run_dir / MODEL_DIR, metadata={"hiap": summary}))
+    on_main(lambda: plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} "
+                                      f"M MACs (dense {dense_macs.macs / 1e6:.2f} M)"))
     timing = time_against(stages, work, model, speed, device=device, progress=progress)
     report = HiAPReport(
         **summary, layers=layers, top1=top1, dense=dense_macs.totals(), pruned=count_macs(work).totals(),
         mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
         train=asdict(train), history=[{k: v for k, v in h.items() if k != "layers"} for h in history],
         model_dir=str(run_dir / MODEL_DIR), plot=str(run_dir / PLOT_FILE))
-    write_json(run_dir / REPORT_FILE, report.to_dict())
+    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
 
 

@@ -37,6 +37,7 @@ from vitprune.methods.hiap.gated import GatedForward
 from vitprune.methods.hiap.gates import HiAPGates, temperature
 from vitprune.training import TrainConfig, Trainer, TrainHooks, weight_decay_groups
 from vitprune.training.distill import DistillationLoss, make_teacher, use_distillation_head
+from vitprune.training.distributed import DistContext
 from vitprune.training.progress import training_progress
 
 #: Name of the gate module on the model while it trains.
@@ -267,12 +268,15 @@ def gate_learning_rate(gate_init: float, images: int, train: TrainConfig) -> flo
 def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train: TrainConfig, *,
                 val_set: Dataset | None = None, teacher: nn.Module | None = None, run_dir: str | Path | None = None,
                 device: torch.device | str | None = None, resume: bool = False, progress: bool = False,
-                on_epoch: Callable[[dict[str, Any]], None] | None = None) -> tuple[HiAPGates, list[dict]]:
+                on_epoch: Callable[[dict[str, Any]], None] | None = None,
+                dist: DistContext | None = None) -> tuple[HiAPGates, list[dict]]:
     """Train ``model`` (in place) and its gates under the HiAP loss; returns the gates and the epoch history.
 
     ``teacher`` (default: a frozen copy of ``model`` as it is now) provides the KD targets. The model
     comes back ungated, with its trained weights; :func:`~vitprune.methods.hiap.extract` then cuts it.
-    ``on_epoch`` receives each epoch's statistics with the per-layer :func:`layer_summary` (the live view).
+    ``on_epoch`` receives each epoch's statistics with the per-layer :func:`layer_summary` (the live view), on
+    rank 0 only. Under torchrun (``dist``, or the process group the :class:`~vitprune.training.Trainer` joins)
+    the training is data-parallel.
     """
     config.validate()
     if train.ema_decay:
@@ -288,7 +292,7 @@ def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train:
                                  alpha=config.kd_alpha, tau=config.kd_tau, per_image=True)
     try:
         trainer = Trainer(model, train_set, train, run_dir=run_dir, criterion=criterion, hooks=hooks, val_set=val_set,
-                          device=device)
+                          device=device, dist=dist)
         criterion.teacher.to(trainer.device)
         trainer.start(resume=resume)
         with training_progress(trainer, enabled=progress and trainer.dist.is_main) as on_batch:

@@ -31,6 +31,7 @@ from torch import nn
 from vitprune.adapters import AttentionView, BlockView, ViTAdapter, get_adapter
 from vitprune.adapters.heads import merge_heads, split_heads
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.training.distributed import DistContext, all_reduce_sum
 from vitprune.training.progress import track_batches
 
 _EPS = 1e-9
@@ -255,14 +256,21 @@ def smooth_on_grid(maps: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
 
 
 def inter_layer_scores(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *, classes: int = 6,
-                       max_images: int | None = None, progress: bool = False) -> torch.Tensor:
+                       max_images: int | None = None, progress: bool = False,
+                       dist: DistContext | None = None) -> torch.Tensor:
     """STAR's static prior ``S_inter`` ``(L, patches)``: per block, the mean LRP importance to go of every patch
-    position over images and each image's ``classes`` top predicted classes (float64, on the CPU)."""
+    position over images and each image's ``classes`` top predicted classes (float64, on the CPU).
+
+    With ``dist`` every process passes over its own shard (``max_images`` then counts this process's
+    images, and a shard may be empty) and the sums and counts are reduced over all processes, so
+    every process returns the same scores.
+    """
     _check(model)
     adapter = get_adapter(model)
     prefix, grid = adapter.num_prefix_tokens, adapter.grid_size
     device = next(model.parameters()).device
-    total, seen = None, 0
+    total = torch.zeros(len(adapter.blocks()), adapter.num_patches, dtype=torch.float64, device=device)
+    seen, maps_seen = 0, 0
     was_training = model.training
     try:
         model.eval()
@@ -284,11 +292,15 @@ def inter_layer_scores(model: nn.Module, loader: Iterable[tuple[torch.Tensor, to
                     # A block with no head mixes no tokens: its factor is the identity.
                     layer_maps = [eye if m is None else eye + (next(grads) * m).clamp(min=0).mean(dim=1)
                                   for m in maps]
-                    smoothed = smooth_on_grid(rollouts(layer_maps, prefix).detach().double(), grid).sum(dim=0)
-                    total = smoothed if total is None else total + smoothed
+                    total += smooth_on_grid(rollouts(layer_maps, prefix).detach().double(), grid).sum(dim=0)
             seen += take
+            maps_seen += take * top.shape[1]
     finally:
         model.train(was_training)
-    if total is None:
+    if dist is not None:
+        # One message: the per-process sums with the number of (image, class) maps behind them.
+        packed = all_reduce_sum(torch.cat([total.flatten(), total.new_tensor([maps_seen])]))
+        total, maps_seen = packed[:-1].view_as(total), int(packed[-1].item())
+    if maps_seen == 0:
         raise VitpruneError("inter-layer importance needs at least one image")
-    return (total / (seen * top.shape[1])).cpu()
+    return (total / maps_seen).cpu()

@@ -33,15 +33,33 @@ from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention, time_against
+from vitprune.methods.stages import (
+    Stages,
+    cached,
+    calibration_loader,
+    prepare_run_dir,
+    recover,
+    retention,
+    time_against,
+)
 from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.schedule import (
-    ANCHORS, apply_keep_rates, average_cosine_similarity, check_reachable, keep_rates, rho_for_macs,
+    ANCHORS,
+    apply_keep_rates,
+    average_cosine_similarity,
+    check_reachable,
+    keep_rates,
+    rho_for_macs,
 )
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
+from vitprune.training.distributed import DistContext, on_main
+from vitprune.training.presets import get_preset
 
 ACS_FILE, INTER_FILE, SCHEDULE_FILE = "acs.json", "inter.safetensors", "schedule.json"
+#: The paper's fine-tuning recipe, the source of :class:`STARConfig`'s fine-tuning defaults.
+PRESET = "imagenet-star"
+_RECIPE = get_preset(PRESET)
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
@@ -70,13 +88,13 @@ class STARConfig:
     classes: int = setting(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6).")
     calibration_batch: int = 32
     seed: int = setting(0, help="Seed of the calibration subsets and fine-tuning.")
-    #: Fine-tuning after pruning (``None``: none). The paper: 120 epochs, cosine 2e-5 -> 2e-9, hard
-    #: distillation from the unpruned model.
-    finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(
-        epochs=120, lr=2e-5, min_lr=2e-9, batch_size=256))
-    distill: str = setting("hard", choices=KINDS, help="Distillation from the unpruned model while fine-tuning.")
-    distill_alpha: float = 0.5
-    tau: float = 1.0
+    #: Fine-tuning after pruning (``None``: none): the ``imagenet-star`` preset (:mod:`vitprune.training.presets`),
+    #: 120 epochs, cosine 2e-5 -> 2e-9 per 512 images, hard distillation from the unpruned model.
+    finetune: TrainConfig | None = field(default_factory=lambda: get_preset(PRESET).train)
+    distill: str = setting(_RECIPE.distill.distill, choices=KINDS,
+                           help="Distillation from the unpruned model while fine-tuning.")
+    distill_alpha: float = _RECIPE.distill.alpha
+    tau: float = _RECIPE.distill.tau
     #: Validation images the a-STAR MAC average is taken over (its cost depends on the image).
     mac_images: int = 64
 
@@ -143,12 +161,14 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
              config: STARConfig | None = None, calibration_set: Dataset | None = None,
              device: torch.device | str | None = None, progress: bool = False,
              log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-             speed: SpeedConfig = SpeedConfig()) -> STARReport:
+             speed: SpeedConfig = SpeedConfig(), dist: DistContext | None = None) -> STARReport:
     """Token-prune a copy of ``model`` the STAR way, optionally fine-tune it; returns the report.
 
     The ACS and the LRP prior come from ``calibration_set`` (default ``train_set``; the CLI passes
     the training images with the evaluation transform). Accuracy is top-1 on ``val_set`` for the
     dense model, right after pruning and after fine-tuning. The model is saved to ``run_dir/model``.
+    With ``dist`` (under torchrun) each process passes over its share of the calibration images,
+    the statistics are reduced over all of them, and only rank 0 writes files.
     """
     config = config or STARConfig()
     get_adapter(model).require(*config.requires, by="STAR")
@@ -166,16 +186,15 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     calibration = calibration_set if calibration_set is not None else train_set
 
     def loader(images: int):
-        return calibration_loader(calibration, images, config.calibration_batch, config.seed)
+        return calibration_loader(calibration, images, config.calibration_batch, config.seed, dist=dist)
 
     val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
     acs, rho, rates = None, config.rho, config.rates
     if rates is None:
         acs = stages.run("average cosine similarity", lambda: _cached_json(
-            run_dir / ACS_FILE, resume, lambda: average_cosine_similarity(model, loader(config.acs_images),
-                                                                          max_images=config.acs_images,
-                                                                          progress=progress)))
+            run_dir / ACS_FILE, resume, lambda: average_cosine_similarity(
+                model, loader(config.acs_images), max_images=config.acs_images, progress=progress, dist=dist)))
         if rho is None:
             rho = stages.run("find rho for the MAC target", lambda: rho_for_macs(model, acs, config.target_macs,
                                                                                anchor=config.anchor))
@@ -183,26 +202,27 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     prior = None
     if config.alpha < 1:
         prior = stages.run("inter-layer importance (LRP)", lambda: _inter(
-            model, loader(config.lrp_images), config, run_dir / INTER_FILE, progress, resume))
+            model, loader(config.lrp_images), config, run_dir / INTER_FILE, progress, resume, dist))
     pruned = copy.deepcopy(model)
     apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
     # What the blocks do: those without an attention head keep every token whatever the schedule gave them.
     rates = [view.token_keep_rate or 1.0 for view in get_adapter(pruned).blocks()]
-    write_json(run_dir / SCHEDULE_FILE, {"rho": rho, "anchor": config.anchor, "keep_rates": rates,
-                                         "target_macs": config.target_macs, "hand_set": config.rates is not None})
+    on_main(lambda: write_json(run_dir / SCHEDULE_FILE, {
+        "rho": rho, "anchor": config.anchor, "keep_rates": rates, "target_macs": config.target_macs,
+        "hand_set": config.rates is not None}))
     top1 = {"dense": dense_top1, **recover(
         stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
         alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
-        progress=progress, resume=resume)}
-    save(pruned, run_dir / MODEL_DIR, metadata={"star": {"rho": rho, "alpha": config.alpha,
-                                                         "adaptive": config.adaptive, "keep_rates": rates}})
+        progress=progress, resume=resume, dist=dist)}
+    on_main(lambda: save(pruned, run_dir / MODEL_DIR, metadata={"star": {
+        "rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates}}))
     timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
     report = STARReport(
         rho=rho, alpha=config.alpha, adaptive=config.adaptive, keep_rates=rates, acs=acs, top1=top1,
         retention=retention(top1), dense=count_macs(model).totals(), pruned=_footprint(pruned, val_set, config),
         mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
         model_dir=str(run_dir / MODEL_DIR))
-    write_json(run_dir / REPORT_FILE, report.to_dict())
+    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
 
 
@@ -219,21 +239,23 @@ def _footprint(pruned: nn.Module, val_set: Dataset, config: STARConfig) -> dict[
 
 
 def _cached_json(path: Path, resume: bool, compute: Callable[[], Any]) -> Any:
-    if resume and path.exists():
-        return read_json(path)
-    value = compute()
-    write_json(path, value)
-    return value
+    return cached(path, resume, lambda: read_json(path), compute, lambda value: write_json(path, value))
 
 
-def _inter(model: nn.Module, loader, config: STARConfig, path: Path, progress: bool, resume: bool) -> torch.Tensor:
-    if resume and path.exists():
+def _inter(model: nn.Module, loader, config: STARConfig, path: Path, progress: bool, resume: bool,
+           dist: DistContext | None) -> torch.Tensor:
+    def read() -> torch.Tensor:
         try:
             return load_file(str(path))["inter"]
         except (OSError, SafetensorError, KeyError) as exc:
             raise VitpruneError(f"cannot read {path}: {exc}; delete it to recompute the prior") from None
-    prior = inter_layer_scores(model, loader, classes=config.classes, max_images=config.lrp_images,
-                               progress=progress).float()
-    with atomic_file(path) as tmp:
-        save_file({"inter": prior.contiguous()}, str(tmp))
-    return prior
+
+    def write(prior: torch.Tensor) -> None:
+        with atomic_file(path) as tmp:
+            save_file({"inter": prior.contiguous()}, str(tmp))
+
+    def compute() -> torch.Tensor:
+        return inter_layer_scores(model, loader, classes=config.classes, max_images=config.lrp_images,
+                                  progress=progress, dist=dist).float()
+
+    return cached(path, resume, read, compute, write)

@@ -18,18 +18,22 @@ from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_tokens, set_token_prior
+from vitprune.training.distributed import DistContext, all_reduce_sum
 from vitprune.training.progress import track_batches
 
 ANCHORS = ("paper", "minmax")
 
 
 def average_cosine_similarity(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
-                              max_images: int | None = 500, progress: bool = False) -> list[float]:
+                              max_images: int | None = 500, progress: bool = False,
+                              dist: DistContext | None = None) -> list[float]:
     """Per block, the mean cosine similarity over all pairs of its output tokens ([CLS] included), averaged over images.
 
     The paper's eq. 5 on the unpruned model, one image at a time: with unit tokens ``x̂_i`` the pair
     sum is ``(‖Σ x̂_i‖² − T)/2``, so no ``T×T`` matrix is formed. ``max_images`` caps the images
-    (the paper uses 500).
+    (the paper uses 500). With ``dist`` every process passes over its own shard (``max_images`` then
+    counts this process's images) and the sums and image counts are reduced over all processes, so
+    every process returns the same values.
     """
     blocks = [view.module for view in get_adapter(model).blocks()]
     sums = torch.zeros(len(blocks), dtype=torch.float64)
@@ -60,6 +64,9 @@ def average_cosine_similarity(model: nn.Module, loader: Iterable[tuple[torch.Ten
         model.train(was_training)
         for h in handles:
             h.remove()
+    if dist is not None:
+        packed = all_reduce_sum(torch.cat([sums, sums.new_tensor([seen])]))
+        sums, seen = packed[:-1], int(packed[-1].item())
     if seen == 0:
         raise VitpruneError("average cosine similarity needs at least one image")
     return (sums / seen).tolist()

@@ -32,16 +32,29 @@ from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, retention, time_against
+from vitprune.methods.stages import (
+    Stages,
+    cached,
+    calibration_loader,
+    prepare_run_dir,
+    recover,
+    retention,
+    time_against,
+)
 from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
 from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import KINDS, TrainConfig, evaluate
+from vitprune.training.distributed import DistContext, broadcast_object, on_main
+from vitprune.training.presets import get_preset
 
 #: What VBP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
 REQUIRES = ("ffn_width",)
 STATISTICS_FILE, SELECTION_FILE = "statistics.safetensors", "selection.json"
+#: The paper's fine-tuning recipe, the source of :class:`VBPConfig`'s fine-tuning defaults.
+PRESET = "imagenet-vbp"
+_RECIPE = get_preset(PRESET)
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
@@ -62,14 +75,14 @@ class VBPConfig:
                                                                "as the paper).")
     calibration_batch: int = 64
     seed: int = setting(0, help="Seed of the calibration subset, the random criterion and fine-tuning.")
-    #: Fine-tuning after pruning (``None``: none). The paper: 10 epochs, AdamW, lr 1.5e-5, cosine,
-    #: batch 32, weight decay 0.01, distillation from the unpruned model.
-    finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(
-        epochs=10, lr=1.5e-5, batch_size=32, weight_decay=0.01))
-    distill: str = "soft"
+    #: Fine-tuning after pruning (``None``: none): the ``imagenet-vbp`` preset (:mod:`vitprune.training.presets`),
+    #: the paper's 10 epochs, AdamW, lr 1.5e-5, cosine, batch 32, weight decay 0.01, distillation from the
+    #: unpruned model.
+    finetune: TrainConfig | None = field(default_factory=lambda: get_preset(PRESET).train)
+    distill: str = _RECIPE.distill.distill
     #: 1 is pure distillation (the note's reading of the paper's KD).
-    alpha: float = setting(1.0, help="Weight of the distillation term (1: distillation only).")
-    tau: float = setting(1.0, help="Distillation temperature.")
+    alpha: float = setting(_RECIPE.distill.alpha, help="Weight of the distillation term (1: distillation only).")
+    tau: float = setting(_RECIPE.distill.tau, help="Distillation temperature.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -126,7 +139,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
             config: VBPConfig | None = None, calibration_set: Dataset | None = None,
             device: torch.device | str | None = None, progress: bool = False,
             log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-            speed: SpeedConfig = SpeedConfig()) -> VBPReport:
+            speed: SpeedConfig = SpeedConfig(), dist: DistContext | None = None) -> VBPReport:
     """Prune a copy of ``model`` the VBP way (or by a baseline criterion), optionally fine-tune it; returns the report.
 
     Statistics and scores come from ``calibration_set`` (default ``train_set``; the CLI passes the
@@ -134,6 +147,9 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     model, right after pruning (the paper's retention) and after fine-tuning. The model is saved to
     ``run_dir/model``. With ``resume``, stages found in ``run_dir`` are reused and fine-tuning
     continues from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
+    With ``dist`` (under torchrun) each process passes over its share of the calibration images,
+    the statistics and scores are reduced over all of them, the fine-tune is data-parallel, and
+    rank 0 alone writes the files (on ``resume`` it reads them and sends them to the others).
     """
     get_adapter(model).require(*REQUIRES, by="VBP")
     config = config or VBPConfig()
@@ -142,7 +158,9 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     removal_count((v.mlp.hidden_features for v in hidden_mlps(model)), config.ratio, rounding=config.rounding,
                   min_width=config.min_width)
     run_dir = prepare_run_dir(run_dir, resume)
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+    if device is None:  # under torchrun, this process's device
+        device = dist.device if dist is not None else next(model.parameters()).device
+    device = torch.device(device)
     model = model.to(device)
     stages = Stages(log)
     stage = stages.run
@@ -150,23 +168,24 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stage("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
     loader = calibration_loader(calibration_set if calibration_set is not None else train_set,
-                                config.calibration_images, config.calibration_batch, config.seed)
+                                config.calibration_images, config.calibration_batch, config.seed, dist=dist)
 
     stats = None
     if config.needs_statistics:
-        stats = stage("activation statistics", lambda: _statistics(model, loader, run_dir, progress, resume))
+        stats = stage("activation statistics", lambda: _statistics(
+            model, loader, run_dir / STATISTICS_FILE, progress, resume, dist))
     removed = stage(f"select neurons ({config.criterion})", lambda: _select(
-        model, loader, stats, config, run_dir, progress, resume))
+        model, loader, stats, config, run_dir, progress, resume, dist))
 
     pruned = copy.deepcopy(model)
     prune_by_selection(pruned, removed, stats if config.compensate else None)
     top1 = {"dense": dense_top1, **recover(
         stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
         alpha=config.alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress,
-        resume=resume)}
+        resume=resume, dist=dist)}
     summary = {"ratio": config.ratio, "criterion": config.criterion, "compensate": config.compensate,
                "removed": sum(map(len, removed.values()))}
-    save(pruned, run_dir / MODEL_DIR, metadata={"vbp": summary})
+    on_main(lambda: save(pruned, run_dir / MODEL_DIR, metadata={"vbp": summary}))
 
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
@@ -175,32 +194,38 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
         **summary, widths=widths["pruned"], widths_dense=widths["dense"], top1=top1, retention=retention(top1),
         dense=count_macs(model).totals(), pruned=count_macs(pruned).totals(), mac_conventions=CONVENTIONS,
         speed=timing, seconds=stages.seconds, config=config.to_dict(), model_dir=str(run_dir / MODEL_DIR))
-    write_json(run_dir / REPORT_FILE, report.to_dict())
+    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
 
 
-def _statistics(model: nn.Module, loader, run_dir: Path, progress: bool, resume: bool) -> dict[int, NeuronStats]:
-    path = run_dir / STATISTICS_FILE
-    if resume and path.exists():
-        return load_statistics(path)
-    stats = mlp_statistics(model, loader, progress=progress)
-    save_statistics(stats, path)
-    return stats
+def _statistics(model: nn.Module, loader, path: Path, progress: bool, resume: bool,
+                dist: DistContext | None) -> dict[int, NeuronStats]:
+    return cached(path, resume, lambda: load_statistics(path),
+                  lambda: mlp_statistics(model, loader, progress=progress, dist=dist),
+                  lambda stats: save_statistics(stats, path))
 
 
 def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, config: VBPConfig, run_dir: Path,
-            progress: bool, resume: bool) -> dict[int, list[int]]:
+            progress: bool, resume: bool, dist: DistContext | None) -> dict[int, list[int]]:
     path = run_dir / SELECTION_FILE
     decision = {"criterion": config.criterion, "ratio": config.ratio, "rounding": config.rounding,
                 "min_width": config.min_width, "seed": config.seed}
-    if resume and path.exists():
+
+    def read() -> dict[int, list[int]] | None:
         saved = read_json(path)
-        if {k: saved.get(k) for k in decision} == decision:
-            return {int(b): neurons for b, neurons in saved["removed"].items()}
-    scores = neuron_scores(model, config.criterion, loader, stats=stats, seed=config.seed, progress=progress)
-    removed = select_neurons(scores, config.ratio, rounding=config.rounding, min_width=config.min_width)
-    write_json(path, {**decision, "removed": {str(b): neurons for b, neurons in removed.items()}})
-    return removed
+        if {k: saved.get(k) for k in decision} != decision:
+            return None  # another criterion or ratio: select again
+        return {int(b): neurons for b, neurons in saved["removed"].items()}
+
+    def compute() -> dict[int, list[int]]:
+        scores = neuron_scores(model, config.criterion, loader, stats=stats, seed=config.seed, progress=progress,
+                               dist=dist)
+        # Rank 0's choice everywhere: a last-bit difference in a reduced score must not split the architecture.
+        return broadcast_object(select_neurons(scores, config.ratio, rounding=config.rounding,
+                                               min_width=config.min_width))
+
+    return cached(path, resume, read, compute, lambda removed: write_json(
+        path, {**decision, "removed": {str(b): neurons for b, neurons in removed.items()}}))
 
 
 def save_statistics(stats: dict[int, NeuronStats], path: str | Path) -> None:

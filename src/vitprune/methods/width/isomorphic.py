@@ -1,9 +1,10 @@
 """Isomorphic (and plain global) width pruning: torch-pruning decides, vitprune's recorded edits cut.
 
 torch-pruning traces the model, groups the channels that must go together (the residual stream's
-embedding channels, each block's heads or head dimensions, each FFN's neurons) and ranks them with
+embedding channels, each block's heads and head dimensions, each FFN's neurons) and ranks them with
 an importance criterion; with ``isomorphic`` the ranking is global within groups of the same shape
-(Isomorphic Pruning, Fang et al. 2024, the width step of HetDPT+). It plans on a copy. The plan is
+(Isomorphic Pruning, Fang et al. 2024, the width step of HetDPT+). Attention loses whole heads and
+head dimensions together, as Isomorphic Pruning's own scripts prune DeiT. It plans on a copy. The plan is
 then applied to the model with :func:`~vitprune.surgery.prune_embed_dims`, ``prune_heads``,
 ``prune_head_dims`` and ``prune_mlp_neurons``, so it lands in the recipe and the model saves and
 loads without pickle. The result equals torch-pruning's own pruned model (tested).
@@ -55,6 +56,17 @@ class WidthPlan:
                                         for name in ("heads", "head_dims", "neurons")}}
 
 
+class NoHeadLeftError(VitpruneError):
+    """A width ratio that would remove every head of some block."""
+
+
+def check_attention_shares(heads: float, head_dims: float) -> None:
+    """``heads`` and ``head_dims`` (shares of the width ratio) in [0, 1]."""
+    for name, share in (("heads", heads), ("head_dims", head_dims)):
+        if not 0.0 <= share <= 1.0:
+            raise VitpruneError(f"{name} (a share of the width ratio) must be in [0, 1], got {share}")
+
+
 def width_requirements(embed: bool) -> tuple[str, ...]:
     """What width pruning needs of a model's family (``embed``: the residual stream's channels too)."""
     return ("head_width", "ffn_width", *(["embed_width"] if embed else []))
@@ -74,22 +86,26 @@ def _check_supported(model: nn.Module, embed: bool) -> None:
 
 
 def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude", isomorphic: bool = True,
-               heads: bool = False, embed: bool = True, round_to: int | None = None,
+               heads: float = 1.0, head_dims: float = 0.5, embed: bool = True, round_to: int | None = None,
                batches: Iterable[tuple[torch.Tensor, torch.Tensor]] = (),
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> WidthPlan:
     """Ask torch-pruning which channels to remove at ``ratio`` (its per-group channel ratio, ranked globally).
 
-    ``heads`` prunes whole heads (at the same ratio) instead of head dimensions; ``embed=False``
-    keeps the residual stream whole. ``round_to`` makes every kept width a multiple of it (torch-pruning's
-    ``round_to``): CPU and GPU matmul kernels run widths such as 317 or 47 far slower per MAC than 320
-    or 48. ``taylor`` importance accumulates gradients of ``loss_fn``
-    (cross-entropy by default) over ``batches``. The model itself is not changed.
+    Attention is pruned as Isomorphic Pruning prunes DeiT (its scripts: head ratio = ratio, head-dimension ratio =
+    ratio / 2): ``heads × ratio`` of all heads go, ranked across blocks, and the heads left lose the same
+    ``head_dims × ratio`` of their dimensions (0 turns either off; ``head_dims=1`` ranks head dimensions with the
+    other channels at ``ratio``). ``embed=False`` keeps the residual stream whole. ``round_to`` makes every kept
+    width a multiple of it (torch-pruning's ``round_to``): CPU and GPU matmul kernels run widths such as 317 or
+    47 far slower per MAC than 320 or 48. ``taylor`` importance accumulates gradients of ``loss_fn``
+    (cross-entropy by default) over ``batches``. The model itself is not changed. A ratio that would remove
+    every head of a block is a :class:`NoHeadLeftError`.
     """
     tp = _torch_pruning()
     if importance not in IMPORTANCES:
         raise VitpruneError(f"unknown importance {importance!r} (choose from: {', '.join(IMPORTANCES)})")
     if not 0.0 <= ratio < 1.0:
         raise VitpruneError(f"width ratio must be in [0, 1), got {ratio}")
+    check_attention_shares(heads, head_dims)
     _check_supported(model, embed)
     work = copy.deepcopy(model).eval()
     adapter = get_adapter(work)
@@ -101,12 +117,15 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     _hide_head_parameters(views)
     # torch-pruning groups the q, k and v rows of a head; the query rows (first in a fused layout) name the head.
     attn = {v.attn.qkv.linears[0]: v.index for v in views if v.attn is not None}
+    linears = tuple(linear for v in views if v.attn is not None for linear in v.attn.qkv.linears)
     pruner = tp.pruner.MetaPruner(
         work, example, importance=_importance(tp, importance), global_pruning=True, isomorphic=isomorphic,
         pruning_ratio=ratio, ignored_layers=ignored, round_to=round_to,
         num_heads={linear: v.attn.num_heads for v in views if v.attn is not None for linear in v.attn.qkv.linears},
-        prune_num_heads=heads,
-        prune_head_dims=not heads, head_pruning_ratio=ratio if heads else 0.0,
+        prune_num_heads=heads > 0, head_pruning_ratio=heads * ratio, prune_head_dims=head_dims > 0,
+        # Head dimensions at their own ratio: one scope over every block's q, k and v. torch-pruning removes heads
+        # only from groups whose scope removes some channels, so heads alone rank in the ordinary scopes.
+        pruning_ratio_dict={linears: head_dims * ratio} if linears and 0 < head_dims < 1 else None,
         # The token and position embeddings: torch-pruning must cut their channel dimension.
         unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
     if importance == "taylor":
@@ -124,6 +143,11 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
             _plan_attention(plan, views[attn[q]], removed[q])
         elif fc := next((m for m in removed if m in fc1), None):
             plan.neurons[fc1[fc]] = _complement(removed[fc], fc.out_features)
+    # torch-pruning counts a block's heads down, then leaves the block whole when none would be left.
+    emptied = [views[b].name for q, b in attn.items() if pruner.num_heads[q] <= 0]
+    if emptied:
+        raise NoHeadLeftError(f"width ratio {ratio:.4g} with heads={heads} removes every head of "
+                              f"{', '.join(emptied)}; lower the ratio or heads")
     return plan
 
 
@@ -147,10 +171,11 @@ def _importance(tp, name: str):
 
 def _accumulate_gradients(model: nn.Module, batches, loss_fn) -> None:
     loss_fn = loss_fn or nn.functional.cross_entropy
+    device = next(model.parameters()).device
     model.zero_grad()
     seen = 0
-    for images, labels in batches:
-        loss_fn(model(images), labels).backward()
+    for images, labels in batches:  # kept off the accelerator until used: thousands of images at 224 px are GBs
+        loss_fn(model(images.to(device)), labels.to(device)).backward()
         seen += 1
     if not seen:
         raise VitpruneError("taylor importance needs at least one batch of data")
@@ -162,22 +187,22 @@ def _complement(removed: list[int], size: int) -> list[int]:
 
 
 def _plan_attention(plan: WidthPlan, view, removed: list[int]) -> None:
-    """Read torch-pruning's removed query rows as whole heads or as the same offsets in every head."""
+    """Read torch-pruning's removed query rows as whole heads and the same offsets in every head left."""
     attn = view.attn
     hd, width = attn.head_dim, attn.attn_dim
-    q_rows = [r for r in removed if r < width]
     by_head: dict[int, set[int]] = {}
-    for r in q_rows:
-        by_head.setdefault(r // hd, set()).add(r % hd)
-    whole = [h for h, offsets in by_head.items() if len(offsets) == hd]
-    if len(whole) == len(by_head):
-        plan.heads[view.index] = [h for h in range(attn.num_heads) if h not in by_head]
-        return
-    offsets = {frozenset(o) for o in by_head.values()}
-    if len(offsets) != 1 or len(by_head) != attn.num_heads:
+    for r in removed:
+        if r < width:
+            by_head.setdefault(r // hd, set()).add(r % hd)
+    left = [h for h in range(attn.num_heads) if len(by_head.get(h, ())) < hd]
+    offsets = {frozenset(by_head.get(h, ())) for h in left}
+    if len(offsets) != 1:
         raise VitpruneError(f"{view.name}: torch-pruning removed different dimensions in different heads, "
                             "which a uniform attention cannot hold")
-    plan.head_dims[view.index] = _complement(sorted(next(iter(offsets))), hd)
+    if len(left) < attn.num_heads:
+        plan.heads[view.index] = left
+    if dims := next(iter(offsets)):
+        plan.head_dims[view.index] = _complement(sorted(dims), hd)
 
 
 def apply_width(model: nn.Module, plan: WidthPlan) -> None:
@@ -204,30 +229,41 @@ def prune_width_to_macs(model: nn.Module, macs: float, *, convention: str = "ful
     """Prune ``model`` in place at the smallest ratio whose result costs at most ``macs`` (in ``convention``).
 
     The ratio is found by bisection over ``[0, 0.95]``, planning on copies (``options`` as for
-    :func:`plan_width`); returns the ratio and its plan. A target below what ratio 0.95 reaches, or at
-    or above the model's own MACs, is a :class:`VitpruneError`.
+    :func:`plan_width`); a ratio that would remove every head of a block counts as too far (the heads
+    removed only grow with the ratio). Returns the ratio and its plan. A target below what ratio 0.95 (or
+    the largest ratio that leaves every block a head) reaches, or at or above the model's own MACs, is a
+    :class:`VitpruneError`.
     """
     have = count_macs(model, convention=convention).macs
     if macs >= have:
         raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is not below the model's {have / 1e9:.3g} GMACs "
                             f"({convention} convention)")
 
-    def cost(ratio: float) -> tuple[int, WidthPlan]:
+    def cost(ratio: float) -> tuple[int | None, WidthPlan | None]:
         trial = copy.deepcopy(model)
-        plan = prune_width(trial, ratio, **options)
+        try:
+            plan = prune_width(trial, ratio, **options)
+        except NoHeadLeftError:
+            return None, None
         return count_macs(trial, convention=convention).macs, plan
 
     low, high = 0.0, 0.95
     reached, plan = cost(high)
-    if reached > macs:
+    if reached is not None and reached > macs:
         raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is out of reach: width ratio {high} still costs "
                             f"{reached / 1e9:.3g} GMACs ({convention} convention)")
+    found = high if plan is not None else None
     for _ in range(steps):
         mid = (low + high) / 2
         reached_mid, plan_mid = cost(mid)
-        if reached_mid <= macs:
-            high, plan = mid, plan_mid
+        if reached_mid is None or reached_mid <= macs:
+            high = mid
+            if plan_mid is not None:
+                found, plan = mid, plan_mid
         else:
             low = mid
+    if plan is None:
+        raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is out of reach: every width ratio that reaches it "
+                            f"removes every head of some block ({convention} convention); lower heads")
     apply_width(model, plan)
-    return high, plan
+    return found, plan

@@ -19,8 +19,8 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
-from vitprune.methods.width.isomorphic import (IMPORTANCES, apply_width, plan_width, prune_width_to_macs,
-                                              width_requirements)
+from vitprune.methods.width.isomorphic import (IMPORTANCES, apply_width, check_attention_shares, plan_width,
+                                              prune_width_to_macs, width_requirements)
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_width"
@@ -37,15 +37,27 @@ class WidthConfig:
                                         help="Target GMACs per image (in --convention), found by bisection on the "
                                              "ratio.")
     convention: str = setting("full", choices=CONVENTIONS, help="MAC convention of --macs: full (with attention "
-                                                                "matmuls) or linear (Linear/Conv only).")
+                                                                "matmuls), linear (Linear/Conv only) or tp "
+                                                                "(torch-pruning's counter, as the HetDPT+ and "
+                                                                "Isomorphic Pruning tables count).")
     importance: str = setting("magnitude", choices=IMPORTANCES,
                               help="magnitude (data-free) or taylor (needs training data).")
-    heads: bool = setting(False, flag="--heads/--head-dims", help="Remove whole heads instead of head dimensions.")
+    #: Attention as Isomorphic Pruning's DeiT scripts prune it: whole heads at the ratio, and in the heads left the
+    #: same head dimensions at half the ratio.
+    heads: float = setting(1.0, min=0, max=1, help="Whole heads removed, as a share of the ratio (0: keep every "
+                                                   "head).")
+    head_dims: float = setting(0.5, min=0, max=1, help="Head dimensions removed from the heads left, as a share of "
+                                                       "the ratio (0: none; 1: ranked with the other channels).")
     embed: bool = setting(True, help="Also prune the residual stream's channels.")
     isomorphic: bool = setting(True, flag="--isomorphic/--global",
                                help="Rank within groups of the same shape (Isomorphic Pruning) or all together.")
     round_to: int | None = setting(None, min=1, help="Keep every width a multiple of N (8: faster kernels).")
-    batches: int = setting(4, min=1, help="Training batches of 16 for taylor importance.")
+    #: Taylor importance's images: training images with the evaluation transform, as Isomorphic Pruning takes them.
+    #: 16 x 64 = 1,024: where the pruned set's split-half agreement reaches about 0.9 on the digits model
+    #: (benchmarks/taylor_stability.py; docs/width.md, "How many images taylor importance needs").
+    taylor_batches: int = setting(16, min=1, help="Batches of --taylor-batch-size training images (evaluation "
+                                                  "transform) for taylor importance.")
+    taylor_batch_size: int = setting(64, min=1, help="Images per taylor-importance batch.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -58,7 +70,7 @@ class WidthConfig:
 
     def plan_options(self) -> dict[str, Any]:
         """The options :func:`~vitprune.methods.width.plan_width` plans with (the report's ``options``)."""
-        return {"importance": self.importance, "heads": self.heads, "embed": self.embed,
+        return {"importance": self.importance, "heads": self.heads, "head_dims": self.head_dims, "embed": self.embed,
                 "isomorphic": self.isomorphic, "round_to": self.round_to}
 
     def validate(self) -> None:
@@ -72,8 +84,10 @@ class WidthConfig:
                 raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
         if self.round_to is not None and self.round_to < 1:
             raise VitpruneError(f"round_to must be at least 1, got {self.round_to}")
-        if self.batches < 1:
-            raise VitpruneError(f"batches must be at least 1, got {self.batches}")
+        check_attention_shares(self.heads, self.head_dims)
+        for name in ("taylor_batches", "taylor_batch_size"):
+            if getattr(self, name) < 1:
+                raise VitpruneError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -89,11 +103,14 @@ class WidthReport(Report):
     #: The MAC target in GMACs per image (``None``: pruned at a given ratio).
     target_gmacs: float | None
     convention: str
-    #: ``importance``, ``heads``, ``embed``, ``isomorphic`` and ``round_to``, as planned with.
+    #: ``importance``, ``heads``, ``head_dims``, ``embed``, ``isomorphic`` and ``round_to``, as planned with.
     options: dict[str, Any]
+    #: How many images taylor importance saw (``None``: magnitude importance).
+    taylor_images: int | None
     #: What was removed (:meth:`~vitprune.methods.width.WidthPlan.to_dict`).
     plan: dict[str, Any]
-    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`), before and after.
+    #: Params and MACs in the full and linear conventions, and in ``convention`` (tp's ``macs_tp``)
+    #: (:meth:`~vitprune.measure.MacReport.totals`), before and after.
     before: dict[str, int]
     after: dict[str, int]
     #: The pruned model timed against the original (``None``: not measured).
@@ -106,14 +123,15 @@ def run_width(model: nn.Module, config: WidthConfig, *, out: str | Path, train_s
     """Width-prune a copy of ``model`` at ``config.ratio`` or to ``config.target_macs`` MACs per image (in
     ``config.convention``), as :func:`~vitprune.methods.width.plan_width` plans with the other settings, save it to
     ``out`` and time it against ``model``; returns the report (``name``: the starting checkpoint's, for the report).
-    ``taylor`` importance takes ``config.batches`` shuffled batches of 16 from ``train_set``."""
+    ``taylor`` importance takes ``config.taylor_batches`` shuffled batches of ``config.taylor_batch_size`` from
+    ``train_set`` (give it the evaluation transform: the ranking should not depend on augmentation)."""
     config.validate()
     speed.validate()
     if config.importance == "taylor" and train_set is None:
         raise VitpruneError("taylor importance needs a training set")
     options = config.plan_options()
     pruned = copy.deepcopy(model)
-    taylor = (_taylor_batches(train_set, config.batches, next(model.parameters()).device)
+    taylor = (_taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size)
               if config.importance == "taylor" else [])
     ratio, target_macs = config.ratio, config.target_macs
     if target_macs is not None:
@@ -124,13 +142,13 @@ def run_width(model: nn.Module, config: WidthConfig, *, out: str | Path, train_s
         apply_width(pruned, plan)
     report = WidthReport(model=name, out=str(out), ratio=ratio,
                          target_gmacs=None if target_macs is None else target_macs / 1e9,
-                         convention=config.convention, options=options, plan=plan.to_dict(),
-                         before=count_macs(model).totals(),
-                         after=count_macs(pruned).totals(), speed=None)
+                         convention=config.convention, options=options,
+                         taylor_images=sum(len(y) for _, y in taylor) if taylor else None, plan=plan.to_dict(),
+                         before=count_macs(model, convention=config.convention).totals(),
+                         after=count_macs(pruned, convention=config.convention).totals(), speed=None)
     return save_and_time(report, METADATA_KEY, pruned, model, speed, device=device, progress=progress)
 
 
-def _taylor_batches(train_set: Dataset, batches: int,
-                    device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    loader = build_loader(train_set, 16, shuffle=True, seed=0)
-    return [(x.to(device), y.to(device)) for x, y in itertools.islice(loader, batches)]
+def _taylor_batches(train_set: Dataset, batches: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    loader = build_loader(train_set, batch_size, shuffle=True, seed=0)
+    return list(itertools.islice(loader, batches))
