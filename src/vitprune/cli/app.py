@@ -66,6 +66,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted(args)
+    finally:
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Destroy the process group a command joined under torchrun: left to the interpreter's exit, gloo's threads
+    can abort the process (SIGABRT, "terminate called without an active exception") after its work is done."""
+    dist = sys.modules.get("torch.distributed")  # never imported by commands that need no group
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _rank() -> int:
