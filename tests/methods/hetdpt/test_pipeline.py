@@ -41,6 +41,7 @@ def setting():
     return model, train, val, config
 
 
+@pytest.mark.slow  # 10.5-11 s on 2 quiet cores
 def test_full_pipeline_on_a_small_model(setting, tmp_path):
     model, train, val, config = setting
     before = {k: v.clone() for k, v in model.state_dict().items()}
