@@ -11,9 +11,9 @@ from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, RESUME_OPT,
+    distributed,
 )
 from vitprune.cli.render import percent
-from vitprune.device import AUTO
 from vitprune.training import DistillConfig, TrainConfig
 
 
@@ -41,12 +41,11 @@ def finetune(
     from vitprune.models import original_model, resolve_model
     from vitprune.recipe import RUN_MODEL_DIR, save
     from vitprune.training import finetune_pruned
-    from vitprune.training.distributed import init_distributed
 
     train.validate()
     distillation.validate()
     distill = distillation.distill
-    ctx = init_distributed(None if device == AUTO else device)
+    ctx = distributed(device)
     student = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
     adapter = get_adapter(student)
     train_set, val_set = (build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
