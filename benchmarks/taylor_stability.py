@@ -20,7 +20,6 @@ Each figure is the mean (and the minimum) over ``--draws`` random draws. Writes
 from __future__ import annotations
 
 import argparse
-import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from torch.utils.data import Subset
 
 import vitprune
 from vitprune.data import build_dataset, build_loader
-from vitprune.methods.width import WidthConfig, plan_width
+from vitprune.methods.width import WidthConfig, plan_width, taylor_gradients, taylor_scores
 
 SIZES = (16, 32, 64, 128, 256, 512, 704)
 RATIOS = (0.3, 0.5)
@@ -69,19 +68,7 @@ def _removed(model: nn.Module, ratio: float, batches) -> set[tuple]:
 
 def _importances(model: nn.Module, batches) -> list[torch.Tensor]:
     """torch-pruning's Taylor importance of every dependency group (the classifier left out), in graph order."""
-    import torch_pruning as tp
-
-    work = copy.deepcopy(model).eval()
-    adapter = vitprune.get_adapter(work)
-    example = torch.randn(1, *adapter.input_size)
-    graph = tp.DependencyGraph().build_dependency(
-        work, example, unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
-    work.zero_grad()
-    for images, labels in batches:
-        nn.functional.cross_entropy(work(images), labels).backward()
-    importance = tp.importance.GroupTaylorImportance()
-    return [importance(group) for group in graph.get_all_groups(ignored_layers=list(adapter.classifier_heads()),
-                                                                root_module_types=[nn.Linear, nn.Conv2d])]
+    return taylor_scores(model, taylor_gradients(model, batches))
 
 
 def _tau(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:

@@ -27,6 +27,12 @@ COMMANDS = {
     "hiap": ["prune", "hiap", "{model}", "--data", "digits", "--epochs", "1", "-b", "16"],
     "star": ["prune", "star", "{model}", "--data", "digits", "--rho", "0.7", "--alpha", "0.5", "--acs-images", "32",
              "--lrp-images", "16", "--finetune-epochs", "1", "-b", "16"],
+    "width": ["prune", "width", "{model}", "--data", "digits", "-p", "0.3", "--importance", "taylor",
+              "--taylor-batches", "3", "--taylor-batch-size", "16"],
+    # The chain command's path: HetDPT with its Stage 2, taylor width pruning to 1.8 MMACs, the width fine-tune.
+    "hetdpt+": ["prune", "hetdpt+", "{model}", "--data", "digits", "-k", "2", "--split", "1,1", "--preset", "digits",
+                "--search-epochs", "1", "--epochs", "1", "-b", "16", "--macs", "0.0018", "--importance", "taylor",
+                "--taylor-batches", "3", "--taylor-batch-size", "16"],
 }
 
 
@@ -72,8 +78,8 @@ def test_a_prune_command_under_torchrun_matches_one_process(command, saved_model
     assert weights.keys() == reference.keys()
     # A fine-tune's ~90 AdamW steps turn rounding-sized gradient differences into updates of up to the lr (at most
     # 1.25e-4 here, so up to 1e-2 in all); one SGD step agrees to 1e-5 in tests/methods/*/test_*_distributed.py.
-    # Depth pruning trains nothing: the models agree to rounding.
-    tolerance = 1e-6 if command == "depth" else 1e-3
+    # Depth and width pruning train nothing: the models agree to rounding.
+    tolerance = 1e-6 if command in ("depth", "width") else 1e-3
     for name, value in reference.items():
         torch.testing.assert_close(weights[name], value, rtol=0, atol=tolerance, msg=name)
     assert two.get("top1", {}).get("dense") == one.get("top1", {}).get("dense")

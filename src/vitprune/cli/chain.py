@@ -12,7 +12,7 @@ from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
-    RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, speed_config,
+    RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, distributed, speed_config,
 )
 from vitprune.cli.prune import PRESET_OPT, SPLIT_OPT, _load_inputs, _show, hetdpt_preset_for, prune_app
 from vitprune.measure import SpeedConfig
@@ -59,17 +59,17 @@ def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: 
                       download: bool, speed: SpeedConfig, device: str, json_out: bool, render) -> None:
     """Load MODEL and --data (with the calibration images VBP and STAR steps use), run ``steps`` into --out and show
     the report through ``render``."""
-    from vitprune.device import resolve_device
     from vitprune.methods.chain import check_chain, run_chain
 
     preset = hetdpt_preset_for(preset, data)
     check_chain(steps, preset)  # before the data loads
+    ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
                                download=download, calibration=True)
     report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
-                       device=resolve_device(device), progress=not json_out, resume=resume,
+                       device=ctx.device, progress=not json_out and ctx.is_main, resume=resume,
                        log=(lambda _m: None) if json_out else err_console.print,
-                       preset=preset, speed=speed, onnx=onnx)
+                       preset=preset, speed=speed, onnx=onnx, dist=ctx)
     _show(model, report, render, json_out)
 
 

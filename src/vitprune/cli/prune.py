@@ -127,10 +127,10 @@ def width(
 ) -> None:
     """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, heads and head dims, FFN neurons),
     cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
+    ctx = distributed(device)
     check_target(out, overwrite, "--out")
     config.validate()
 
-    from vitprune.device import resolve_device
     from vitprune.methods.width import run_width
     from vitprune.models import resolve_model
 
@@ -143,8 +143,8 @@ def width(
         dense, sets = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), {"calibration": None}
     # Taylor importance ranks on training images under the evaluation transform.
     report = run_width(dense, config, out=out, train_set=sets["calibration"], name=model,
-                       speed=speed_config(speed, speed_batch, repeats), device=resolve_device(device),
-                       progress=not json_out)
+                       speed=speed_config(speed, speed_batch, repeats), device=ctx.device,
+                       progress=not json_out and ctx.is_main, dist=ctx)
     _show_edit(report, json_out, title=f"{model}: width ratio {report.ratio:.4f} ({config.importance}, "
                                        f"{'isomorphic' if config.isomorphic else 'global'}, "
                                        f"heads {config.heads:g}, head dims {config.head_dims:g}"

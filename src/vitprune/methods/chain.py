@@ -43,6 +43,7 @@ from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.methods.vbp.pipeline import REQUIRES as VBP_REQUIRES
 from vitprune.recipe import RUN_MODEL_DIR, load, save
 from vitprune.training import DistillConfig, TrainConfig, evaluate, finetune_pruned
+from vitprune.training.distributed import DistContext, on_main
 from vitprune.training.engine import scaled_lr
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR = "chain.json", "steps", "step.json", RUN_MODEL_DIR
@@ -157,29 +158,37 @@ class _Context:
     progress: bool
     resume: bool
     log: Callable[[str], None]
+    dist: DistContext | None
 
     def pipeline_options(self) -> dict[str, Any]:
-        """The arguments every method's pipeline takes alike: its run directory, device, progress, log, resume."""
+        """The arguments every method's pipeline takes alike: its run directory, device, progress, log, resume and
+        the torchrun context."""
         return {"run_dir": self.step_dir, "device": self.device, "progress": self.progress, "log": self.log,
-                "resume": self.resume, "speed": _NO_SPEED}
+                "resume": self.resume, "speed": _NO_SPEED, "dist": self.dist}
 
     def edit_options(self) -> dict[str, Any]:
         """The arguments depth and width pruning take alike: where to save (the step's ``model/``), device,
-        progress."""
+        progress and the torchrun context."""
         return {"out": self.step_dir / MODEL_DIR, "device": self.device, "progress": self.progress,
-                "speed": _NO_SPEED}
+                "speed": _NO_SPEED, "dist": self.dist}
 
 
 def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: list[Step], *, run_dir: str | Path,
               calibration_set: Dataset | None = None, device: torch.device | str | None = None,
               progress: bool = False, log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-              preset: str = "imagenet", speed: SpeedConfig = SpeedConfig(), onnx: bool = True) -> ChainReport:
+              preset: str = "imagenet", speed: SpeedConfig = SpeedConfig(), onnx: bool = True,
+              dist: DistContext | None = None) -> ChainReport:
     """Run ``steps`` in order on a copy of ``model``; returns the report (also in ``run_dir/report.json``).
 
     ``model`` is the teacher of distilling fine-tune steps and the reference of the speed
     comparison. ``calibration_set`` (default ``train_set``) feeds VBP's and STAR's statistics and
     HetDPT's transfer entropy; ``preset`` is HetDPT's default preset. A step that cannot apply to what earlier steps left
     (e.g. width pruning after token pruning) stops the chain with one line naming the step.
+
+    Under torchrun (``dist``) every step runs as its method runs under torchrun (statistics and fine-tunes
+    shared out over the processes), every process evaluates, and rank 0 alone writes the run directory,
+    checks the final model and times it; the other processes read the steps' saved models from the run
+    directory, so on several nodes it must be on a filesystem they share.
     """
     configs = check_chain(steps, preset)
     speed.validate()
@@ -187,9 +196,11 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     run_dir = prepare_run_dir(run_dir, resume)
     chain = [step.to_dict() for step in steps]
     if resume:
-        _reconcile(run_dir, chain)
-    write_json(run_dir / CHAIN_FILE, chain)
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+        on_main(lambda: _reconcile(run_dir, chain))
+    on_main(lambda: write_json(run_dir / CHAIN_FILE, chain))
+    if device is None:
+        device = dist.device if dist is not None else next(model.parameters()).device
+    device = torch.device(device)
     model = model.to(device).eval()
     stages = Stages(log)
     val_loader = build_loader(val_set, 64, shuffle=False, seed=0)
@@ -198,13 +209,15 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     current = model
     for number, (step, config) in enumerate(zip(steps, configs), 1):
         step_dir = run_dir / STEPS_DIR / f"{number:02d}-{step.method}"
-        if resume and (step_dir / STEP_FILE).exists():
+        done = on_main(lambda: read_json(step_dir / STEP_FILE) if resume and (step_dir / STEP_FILE).exists()
+                       else None)
+        if done is not None:
             log(f"[bold]step {number}: {step.method}[/] (done in an earlier run)")
             current = load(step_dir / MODEL_DIR, map_location=device)
-            records.append(read_json(step_dir / STEP_FILE))
+            records.append(done)
             continue
         ctx = _Context(teacher=model, train_set=train_set, val_set=val_set, calibration_set=calibration_set,
-                       step_dir=step_dir, device=device, progress=progress, resume=resume, log=log)
+                       step_dir=step_dir, device=device, progress=progress, resume=resume, log=log, dist=dist)
         try:
             current, summary = stages.run(f"step {number}: {step.method}",
                                           lambda: _METHODS[step.method].run(current, config, ctx))
@@ -216,21 +229,26 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
         current = current.to(device).eval()
         record = {"step": number, "method": step.method, "settings": step.settings, "summary": summary,
                   **_footprint(current), "top1": evaluate(current, val_loader)["top1"], "dir": str(step_dir)}
-        if not (step_dir / MODEL_DIR).exists():  # the methods' pipelines have saved theirs, with their metadata
-            save(current, step_dir / MODEL_DIR)
-        write_json(step_dir / STEP_FILE, record)
+        on_main(lambda: _finish_step(current, step_dir, record))
         records.append(record)
 
-    save(current, run_dir / MODEL_DIR, metadata={"chain": chain})
-    consistency = stages.run("check consistency", lambda: check_consistency(
-        copy.deepcopy(current).cpu(), onnx=onnx).to_dict())
+    on_main(lambda: save(current, run_dir / MODEL_DIR, metadata={"chain": chain}))
+    consistency = stages.run("check consistency", lambda: on_main(lambda: check_consistency(
+        copy.deepcopy(current).cpu(), onnx=onnx).to_dict()))
     timing = time_against(stages, current, model, speed, device=device, progress=progress)
     report = ChainReport(steps=records, top1={"dense": records[0]["top1"], "final": records[-1]["top1"]},
                          dense=count_macs(model).totals(), pruned=count_macs(current).totals(),
                          mac_conventions=CONVENTIONS, consistency=consistency, speed=timing, seconds=stages.seconds,
                          chain=chain, model_dir=str(run_dir / MODEL_DIR))
-    write_json(run_dir / REPORT_FILE, report.to_dict())
+    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
+
+
+def _finish_step(model: nn.Module, step_dir: Path, record: dict[str, Any]) -> None:
+    """Save a step's model unless its method's pipeline saved it (with its metadata), then mark the step done."""
+    if not (step_dir / MODEL_DIR).exists():
+        save(model, step_dir / MODEL_DIR)
+    write_json(step_dir / STEP_FILE, record)
 
 
 def _check_family(model: nn.Module, steps: list[Step], configs: list[Any]) -> None:
@@ -445,7 +463,7 @@ def _finetune(model: nn.Module, configs: tuple[TrainConfig, DistillConfig], ctx:
     student = copy.deepcopy(model)
     finetune_pruned(student, ctx.train_set, ctx.val_set, train, teacher=ctx.teacher, distill=distill.distill,
                     alpha=distill.alpha, tau=distill.tau, run_dir=ctx.step_dir / "run", device=ctx.device,
-                    progress=ctx.progress, resume=ctx.resume)
+                    progress=ctx.progress, resume=ctx.resume, dist=ctx.dist)
     return student, {**asdict(distill), "epochs": train.epochs}
 
 

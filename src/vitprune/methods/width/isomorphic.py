@@ -24,6 +24,7 @@ from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
+from vitprune.training.distributed import all_reduce_sum
 
 #: Importance criteria, by name: what each ranks a channel group by.
 IMPORTANCES: dict[str, str] = {
@@ -88,7 +89,8 @@ def _check_supported(model: nn.Module, embed: bool) -> None:
 def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude", isomorphic: bool = True,
                heads: float = 1.0, head_dims: float = 0.5, embed: bool = True, round_to: int | None = None,
                batches: Iterable[tuple[torch.Tensor, torch.Tensor]] = (),
-               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> WidthPlan:
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+               gradients: dict[str, torch.Tensor] | None = None) -> WidthPlan:
     """Ask torch-pruning which channels to remove at ``ratio`` (its per-group channel ratio, ranked globally).
 
     Attention is pruned as Isomorphic Pruning prunes DeiT (its scripts: head ratio = ratio, head-dimension ratio =
@@ -96,8 +98,9 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     ``head_dims × ratio`` of their dimensions (0 turns either off; ``head_dims=1`` ranks head dimensions with the
     other channels at ``ratio``). ``embed=False`` keeps the residual stream whole. ``round_to`` makes every kept
     width a multiple of it (torch-pruning's ``round_to``): CPU and GPU matmul kernels run widths such as 317 or
-    47 far slower per MAC than 320 or 48. ``taylor`` importance accumulates gradients of ``loss_fn``
-    (cross-entropy by default) over ``batches``. The model itself is not changed. A ratio that would remove
+    47 far slower per MAC than 320 or 48. ``taylor`` importance reads ``gradients`` (:func:`taylor_gradients`'
+    sums; computed once, they serve every plan of a bisection), or accumulates those of ``loss_fn`` (cross-entropy
+    by default) over ``batches``. The model itself is not changed. A ratio that would remove
     every head of a block is a :class:`NoHeadLeftError`.
     """
     tp = _torch_pruning()
@@ -129,7 +132,7 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
         # The token and position embeddings: torch-pruning must cut their channel dimension.
         unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
     if importance == "taylor":
-        _accumulate_gradients(work, batches, loss_fn)
+        _set_gradients(work, gradients if gradients is not None else taylor_gradients(work, batches, loss_fn))
     fc1 = {v.mlp.fc1: v.index for v in views if not v.mlp.merged}
     plan = WidthPlan()
     for group in pruner.step(interactive=True):
@@ -169,16 +172,53 @@ def _importance(tp, name: str):
     return tp.importance.GroupMagnitudeImportance(p=1)
 
 
-def _accumulate_gradients(model: nn.Module, batches, loss_fn) -> None:
+def taylor_gradients(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+                     ) -> dict[str, torch.Tensor]:
+    """The gradient of ``loss_fn`` (cross-entropy by default), summed over ``batches``, of every trainable parameter
+    of ``model`` by name: what taylor importance multiplies the weights by. Under torchrun each process passes its
+    share of the batches and every process gets the sums over all of them (one all-reduce). ``model``'s own
+    gradients are left as they were."""
     loss_fn = loss_fn or nn.functional.cross_entropy
-    device = next(model.parameters()).device
-    model.zero_grad()
+    work = copy.deepcopy(model).eval()
+    device = next(work.parameters()).device
+    work.zero_grad()
     seen = 0
     for images, labels in batches:  # kept off the accelerator until used: thousands of images at 224 px are GBs
-        loss_fn(model(images.to(device)), labels.to(device)).backward()
+        loss_fn(work(images.to(device)), labels.to(device)).backward()
         seen += 1
-    if not seen:
+    params = [(name, p) for name, p in work.named_parameters() if p.requires_grad]
+    # A process whose share is empty still takes part in the reduction, with zeros.
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for _, p in params]
+                     + [torch.tensor([float(seen)], device=device)])
+    flat = all_reduce_sum(flat)
+    if flat[-1].item() == 0:
         raise VitpruneError("taylor importance needs at least one batch of data")
+    sums, offset = {}, 0
+    for name, p in params:
+        sums[name] = flat[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return sums
+
+
+def taylor_scores(model: nn.Module, gradients: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """torch-pruning's taylor importance of every channel group of ``model`` (the classifier left out), in its
+    dependency graph's order, from ``gradients`` (:func:`taylor_gradients`): what ``taylor`` importance ranks by."""
+    tp = _torch_pruning()
+    work = copy.deepcopy(model).eval()
+    adapter = get_adapter(work)
+    example = torch.randn(1, *adapter.input_size, device=next(work.parameters()).device)
+    graph = tp.DependencyGraph().build_dependency(
+        work, example, unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
+    _set_gradients(work, gradients)
+    importance = tp.importance.GroupTaylorImportance()
+    return [importance(group) for group in graph.get_all_groups(ignored_layers=list(adapter.classifier_heads()),
+                                                                root_module_types=[nn.Linear, nn.Conv2d])]
+
+
+def _set_gradients(model: nn.Module, gradients: dict[str, torch.Tensor]) -> None:
+    for name, param in model.named_parameters():  # the head parameters hidden as buffers need none
+        param.grad = gradients[name]
 
 
 def _complement(removed: list[int], size: int) -> list[int]:

@@ -20,7 +20,8 @@ from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
 from vitprune.methods.width.isomorphic import (IMPORTANCES, apply_width, check_attention_shares, plan_width,
-                                              prune_width_to_macs, width_requirements)
+                                              prune_width_to_macs, taylor_gradients, width_requirements)
+from vitprune.training.distributed import DistContext, all_reduce_sum
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_width"
@@ -119,36 +120,47 @@ class WidthReport(Report):
 
 def run_width(model: nn.Module, config: WidthConfig, *, out: str | Path, train_set: Dataset | None = None,
               name: str | None = None, speed: SpeedConfig = SpeedConfig(), device: torch.device | str | None = None,
-              progress: bool = False) -> WidthReport:
+              progress: bool = False, dist: DistContext | None = None) -> WidthReport:
     """Width-prune a copy of ``model`` at ``config.ratio`` or to ``config.target_macs`` MACs per image (in
     ``config.convention``), as :func:`~vitprune.methods.width.plan_width` plans with the other settings, save it to
     ``out`` and time it against ``model``; returns the report (``name``: the starting checkpoint's, for the report).
     ``taylor`` importance takes ``config.taylor_batches`` shuffled batches of ``config.taylor_batch_size`` from
-    ``train_set`` (give it the evaluation transform: the ranking should not depend on augmentation)."""
+    ``train_set`` (give it the evaluation transform: the ranking should not depend on augmentation); their
+    gradients are summed once and serve every plan. Under torchrun (``dist``) each process takes every
+    ``world_size``-th of those batches and the gradients are summed over the processes, so every process plans
+    what one process would; rank 0 alone saves and times."""
     config.validate()
     speed.validate()
     if config.importance == "taylor" and train_set is None:
         raise VitpruneError("taylor importance needs a training set")
+    if device is None and dist is not None:
+        device = dist.device
     options = config.plan_options()
     pruned = copy.deepcopy(model)
-    taylor = (_taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size)
-              if config.importance == "taylor" else [])
+    taylor_images = None
+    if config.importance == "taylor":
+        share = _taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size, dist)
+        options["gradients"] = taylor_gradients(pruned, share)
+        taylor_images = int(all_reduce_sum(torch.tensor(sum(len(y) for _, y in share))).item())
     ratio, target_macs = config.ratio, config.target_macs
     if target_macs is not None:
-        ratio, plan = prune_width_to_macs(pruned, target_macs, convention=config.convention, batches=taylor,
-                                          **options)
+        ratio, plan = prune_width_to_macs(pruned, target_macs, convention=config.convention, **options)
     else:
-        plan = plan_width(pruned, ratio, batches=taylor, **options)
+        plan = plan_width(pruned, ratio, **options)
         apply_width(pruned, plan)
+    options.pop("gradients", None)
     report = WidthReport(model=name, out=str(out), ratio=ratio,
                          target_gmacs=None if target_macs is None else target_macs / 1e9,
                          convention=config.convention, options=options,
-                         taylor_images=sum(len(y) for _, y in taylor) if taylor else None, plan=plan.to_dict(),
+                         taylor_images=taylor_images, plan=plan.to_dict(),
                          before=count_macs(model, convention=config.convention).totals(),
                          after=count_macs(pruned, convention=config.convention).totals(), speed=None)
     return save_and_time(report, METADATA_KEY, pruned, model, speed, device=device, progress=progress)
 
 
-def _taylor_batches(train_set: Dataset, batches: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _taylor_batches(train_set: Dataset, batches: int, batch_size: int,
+                    dist: DistContext | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This process's share of the first ``batches`` shuffled batches: the same shuffle on every process."""
+    rank, world = (dist.rank, dist.world_size) if dist is not None else (0, 1)
     loader = build_loader(train_set, batch_size, shuffle=True, seed=0)
-    return list(itertools.islice(loader, batches))
+    return list(itertools.islice(loader, rank, batches, world))
