@@ -244,10 +244,9 @@ def digits_chain() -> torch.nn.Module:
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def run_torchrun(script: Path | str, *args: str, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``script`` under ``torchrun --nproc_per_node nproc`` on CPU (gloo, loopback only, one thread each); a
-    ``script`` of ``-m`` runs the module ``args[0]`` (``run_torchrun("-m", "vitprune", ...)``). Returns the
-    finished process, its output captured."""
+def torchrun_command(script: Path | str, *args: str, nproc: int = 2) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of ``torchrun --nproc_per_node nproc script args`` on CPU (gloo, loopback
+    only, a free port, one thread each); a ``script`` of ``-m`` runs the module ``args[0]``."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -258,6 +257,13 @@ def run_torchrun(script: Path | str, *args: str, nproc: int = 2, timeout: int = 
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
                "--master_addr", "127.0.0.1", "--master_port", str(port), str(script), *args]
+    return command, env
+
+
+def run_torchrun(script: Path | str, *args: str, nproc: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``torchrun --nproc_per_node nproc`` (:func:`torchrun_command`). Returns the finished
+    process, its output captured."""
+    command, env = torchrun_command(script, *args, nproc=nproc)
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout}\n{proc.stderr}"
     return proc

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image, ImageOps
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_dataset, create_transform, resolve_data_config
+from timm.data.auto_augment import posterize as timm_posterize
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitprune.cache import cache_dir
@@ -198,10 +200,37 @@ def _transform(spec: _TransformSpec):
         # scripts' --remode pixel --recount 1.
         augment.update(re_mode="pixel", re_count=1)
     try:
-        return create_transform(**cfg, is_training=spec.is_training, **augment)
+        transform = create_transform(**cfg, is_training=spec.is_training, **augment)
     except (AssertionError, KeyError, ValueError) as e:  # timm parses the policy string with asserts
         raise VitpruneError(f"timm cannot build the augmentation {_describe(spec.augment)} ({e or type(e).__name__})"
                             ) from None
+    _mend_posterize(transform)
+    return transform
+
+
+def posterize(img: Image.Image, bits_to_keep: int, **_kwargs: Any) -> Image.Image:
+    """timm's posterize op as it ran under Pillow < 13: keeping 0 bits gives a black image.
+
+    RandAugment's ``inc1`` policies (DeiT's ``rand-m9-mstd0.5-inc1``) keep ``4 - int(4·m/10)`` bits, so 0 at
+    magnitude 10, which ``mstd0.5`` reaches in about 2% of the op's draws. Pillow's LUT used to zero the image then;
+    Pillow 13 raises instead, which stops a training run in its first epoch on ImageNet.
+    """
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return Image.new(img.mode, img.size)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def _mend_posterize(transform: Any) -> None:
+    """Point the posterize ops of timm's RandAugment/AutoAugment in ``transform`` at :func:`posterize`."""
+    for step in getattr(transform, "transforms", ()):
+        ops = getattr(step, "ops", None)
+        if ops is None:  # AutoAugment holds sub-policies: lists of ops
+            ops = [op for policy in getattr(step, "policy", ()) for op in policy]
+        for op in ops:
+            if getattr(op, "aug_fn", None) is timm_posterize:
+                op.aug_fn = posterize
 
 
 def _cifar(spec: str, split: str, root: str | None, download: bool, transform_spec: _TransformSpec) -> Dataset:

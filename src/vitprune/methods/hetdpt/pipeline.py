@@ -69,9 +69,10 @@ class HetDPTConfig:
     #: Fast fine-tune after each removal while collecting predictor data.
     probe: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, lr=5e-5, batch_size=128))
     #: Class-balanced training subset the fast fine-tunes run on (``None``: the whole training set).
-    probe_images: int | None = None
+    probe_images: int | None = setting(None, min=1, help="Class-balanced training images each predictor point's fast "
+                                                         "fine-tune runs on.")
     #: Training images the transfer entropy is estimated on.
-    te_images: int = 2048
+    te_images: int = setting(2048, min=1, help="Calibration images transfer entropy is estimated on.")
     #: Layers per type removed by the single-type sweeps (Algorithm 1); ``None``: the budget, at most L.
     sweep_layers: int | None = None
     #: Rounds of the interleaved sweep (Algorithm 2), one layer of each type per round; ``None``: budget // 2,
