@@ -83,9 +83,22 @@ def test_variance_criteria_come_from_the_statistics():
         assert not torch.equal(pre[index], stats.var)
 
 
+
+def test_the_mean_criterion_is_the_absolute_post_activation_mean():
+    model = _model()
+    batches = _batches(model)
+    post = mlp_statistics(model, batches)
+    given = neuron_scores(model, "mean", stats=post)
+    computed = neuron_scores(model, "mean", batches)
+    for index, stats in post.items():
+        assert torch.equal(given[index], stats.mean.abs())
+        assert torch.equal(computed[index], stats.mean.abs())
+        assert not torch.equal(given[index].argsort(), stats.var.argsort())  # not the variance's ranking
+
+
 def test_criterion_mistakes():
     model = _model()
-    assert set(CRITERIA) == {"variance", "pre-variance", "magnitude", "snip", "random"}
+    assert set(CRITERIA) == {"variance", "pre-variance", "mean", "magnitude", "snip", "random"}
     with pytest.raises(VitpruneError, match="unknown criterion 'l1'"):
         neuron_scores(model, "l1")
     with pytest.raises(VitpruneError, match="the snip criterion needs data"):

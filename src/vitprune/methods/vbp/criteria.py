@@ -23,6 +23,8 @@ from vitprune.training.progress import track_batches
 CRITERIA = {
     "variance": "post-activation variance (VBP)",
     "pre-variance": "pre-activation variance, the output of fc1 (Table 7's ablation)",
+    "mean": "absolute post-activation mean: how large a neuron's output is, not how much it varies (a baseline "
+            "for the variance: a constant output, however large, is what the compensation restores)",
     "magnitude": "L2 norm of the neuron's weights: fc1 row and bias, fc2 column (Table 3)",
     "snip": "SNIP sensitivity |sum over tokens of dL/dh * h| on labelled batches (Table 3)",
     "random": "uniform random scores (Table 6's row without the variance criterion)",
@@ -95,8 +97,8 @@ def neuron_scores(model: nn.Module, criterion: str, loader: Iterable[tuple[torch
                   progress: bool = False, dist: DistContext | None = None) -> dict[int, torch.Tensor]:
     """Scores of ``criterion`` (:data:`CRITERIA`) for every hidden neuron, by block index.
 
-    ``variance`` uses ``stats`` when given (post-activation statistics, e.g. those computed for
-    the compensation anyway), else passes over ``loader``; ``pre-variance`` and ``snip`` pass over
+    ``variance`` and ``mean`` use ``stats`` when given (post-activation statistics, e.g. those computed for
+    the compensation anyway), else pass over ``loader``; ``pre-variance`` and ``snip`` pass over
     ``loader`` (its first ``max_batches``); ``magnitude`` and ``random`` need no data.
     """
     if criterion not in CRITERIA:
@@ -105,12 +107,16 @@ def neuron_scores(model: nn.Module, criterion: str, loader: Iterable[tuple[torch
         return magnitude_scores(model)
     if criterion == "random":
         return random_scores(model, seed)
-    if criterion == "variance" and stats is not None:
-        return {index: s.var.cpu() for index, s in stats.items()}
+    if criterion in ("variance", "mean") and stats is not None:
+        return {index: _post_score(s, criterion) for index, s in stats.items()}
     if loader is None:
         raise VitpruneError(f"the {criterion} criterion needs data")
     if criterion == "snip":
         return snip_scores(model, loader, max_batches=max_batches, progress=progress, dist=dist)
     place = "pre" if criterion == "pre-variance" else "post"
     computed = mlp_statistics(model, loader, place=place, max_batches=max_batches, progress=progress, dist=dist)
-    return {index: s.var.cpu() for index, s in computed.items()}
+    return {index: _post_score(s, criterion) for index, s in computed.items()}
+
+
+def _post_score(stats: NeuronStats, criterion: str) -> torch.Tensor:
+    return (stats.mean.abs() if criterion == "mean" else stats.var).cpu()

@@ -65,7 +65,7 @@ class VBPConfig:
     ratio: float = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
                            short="-p", required=True)
     criterion: str = setting("variance", choices=CRITERIA,
-                             help="Neuron score: variance is VBP; the rest are the paper's baselines.")
+                             help="Neuron score: variance is VBP; the rest are baselines (docs/vbp.md).")
     compensate: bool = setting(True, help="Fold the removed neurons' means into the next bias (mean-shift).")
     rounding: str = "ceil"
     #: 0, the paper's setting, lets an MLP lose all of its neurons.
@@ -103,7 +103,7 @@ class VBPConfig:
     @property
     def needs_statistics(self) -> bool:
         """Whether a post-activation statistics pass is needed: for the variance score or the compensation."""
-        return self.compensate or self.criterion == "variance"
+        return self.compensate or self.criterion in ("variance", "mean")
 
 
 @dataclass
