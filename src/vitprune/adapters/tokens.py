@@ -18,6 +18,8 @@ def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
     One query against the keys, so the full ``N x N`` map is never materialised; keys where
     ``key_mask`` ``(B, N)`` is ``False`` get probability 0.
     """
+    # A matmul, not an elementwise product and sum (up to 3x faster on CPU, but under 1% of a DeiT forward): the
+    # MAC counter and FlopCounterMode then both see these multiply-adds, and the consistency check holds.
     logits = (q[:, :, :1] * scale) @ k.transpose(-2, -1)
     if key_mask is not None:
         logits = logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
@@ -27,15 +29,21 @@ def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
 def keep_tokens(x: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
                 prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The prefix tokens and the patch tokens at slots ``chosen`` ``(B, k)``, with their original positions."""
-    kept = x[:, prefix:].gather(1, chosen[..., None].expand(-1, -1, x.shape[2]))
-    return torch.cat([x[:, :prefix], kept], dim=1), positions.gather(1, chosen)
+    b, n, c = x.shape
+    # One row copy per kept token, prefix included: a gather along dim 1 plus a concatenation cost 6-15x more on CPU.
+    rows = torch.cat([torch.arange(prefix, device=x.device).expand(b, prefix), chosen + prefix], dim=1)
+    rows = rows + torch.arange(0, b * n, n, device=x.device)[:, None]
+    kept = x.reshape(b * n, c).index_select(0, rows.reshape(-1)).view(b, -1, c)
+    return kept, positions.gather(1, chosen)
 
 
-def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor, alpha: float, eps: float = 1e-12) -> torch.Tensor:
+def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor | None, alpha: float,
+                     eps: float = 1e-12) -> torch.Tensor:
     """``alpha·log(intra) + (1−alpha)·log(inter)``: the log of STAR's fused score, up to a per-row constant.
 
     ``exp`` of it, normalised, is the minimiser of ``alpha·KL(p‖intra) + (1−alpha)·KL(p‖inter)``
-    over distributions ``p``. ``eps`` floors both scores: an exact zero must not veto a token.
+    over distributions ``p``. ``eps`` floors both scores: an exact zero must not veto a token. ``inter``
+    may be ``None`` when ``alpha`` is 1.
     """
     fused = alpha * intra.clamp_min(eps).log()
     if alpha < 1:
@@ -78,7 +86,8 @@ class TokenSelection(nn.Module):
     def scores(self, cls_row: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Fused log-scores ``(B, patches)`` from the [CLS] row ``(B, H, N)`` and the tokens' original positions."""
         intra = cls_row[:, :, self.num_prefix_tokens:].mean(dim=1).detach()
-        return fused_log_scores(intra, self.inter[positions], self.alpha)
+        # Without a prior's weight (alpha 1) the prior is not looked up at all.
+        return fused_log_scores(intra, self.inter[positions] if self.alpha < 1 else None, self.alpha)
 
     def adaptive_counts(self, scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """a-STAR's count per image: the fewest top tokens whose normalised fused score sums to ``keep_rate``."""
