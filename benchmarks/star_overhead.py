@@ -90,7 +90,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                             threads=args.threads).to_dict()
         x = torch.randn(batch, *vitprune.get_adapter(dense).input_size)
         rows.append({"model": label, "name": name, "batch": batch, "keep_rates": [round(r, 4) for r in rates],
-                     "mac_ratio": mac_ratio, "speedup": cmp["speedup"], "speedup_iqr": [cmp["speedup_q1"], cmp["speedup_q3"]],
+                     "mac_ratio": mac_ratio, "speedup": cmp["speedup"],
+                     "speedup_iqr": [cmp["speedup_q1"], cmp["speedup_q3"]],
                      "ms_dense": cmp["b"]["median_ms"], "ms_pruned": cmp["a"]["median_ms"],
                      "speedup_over_mac_ratio": cmp["speedup"] / mac_ratio, "selection": _selection_share(pruned, x)})
         print(f"{label}: speedup {cmp['speedup']:.3f}, MAC ratio {mac_ratio:.3f}, "
