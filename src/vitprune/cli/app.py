@@ -32,9 +32,10 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-MODEL_HELP = ("A timm model name, 'digits-vit' (the embedded default), 'lvvit-s' or 'lvvit-m' (LV-ViT; add -cls for "
-              "its class head alone), a directory written by vitprune, or a Hugging Face ViT/DeiT classifier (a "
-              "save_pretrained directory, or hf:owner/name; needs vitprune[hf]).")
+MODEL_HELP = ("A timm model name, 'digits-vit' (the embedded default), 'cluttered-mnist-vit' (a harder benchmark; "
+              "needs vitprune[bench]), 'lvvit-s' or 'lvvit-m' (LV-ViT; add -cls for its class head alone), a "
+              "directory written by vitprune, or a Hugging Face ViT/DeiT classifier (a save_pretrained directory, or "
+              "hf:owner/name; needs vitprune[hf]).")
 
 
 def print_json(data: Any) -> None:

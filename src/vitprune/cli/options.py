@@ -44,7 +44,7 @@ REPEATS_OPT = typer.Option(SpeedConfig.pairs, "--repeats", min=3,
 #: The options of every command that times a model.
 SPEED_GROUP = ("--speed", "--speed-batch", "--repeats")
 
-DATA_OPT = typer.Option(..., "--data", help="digits, cifar10, cifar100, or an ImageFolder directory.")
+DATA_OPT = typer.Option(..., "--data", help="digits, cluttered-mnist, cifar10, cifar100, or an ImageFolder directory.")
 DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
 DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
 #: The options of every command that reads a dataset (besides --data itself).

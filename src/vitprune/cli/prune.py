@@ -51,9 +51,9 @@ TRAIN_PRESET_OPT = typer.Option(None, "--preset", help=f"Train with a paper's re
 
 
 def hetdpt_preset_for(preset: str | None, data: str) -> str:
-    """HetDPT's preset: the one asked for, else ``digits`` for the digits data and ``imagenet-hetdpt`` for any
-    other."""
-    return preset or ("digits" if data == "digits" else "imagenet-hetdpt")
+    """HetDPT's preset: the one asked for, else ``digits`` for vitprune's own small datasets (digits, cluttered-mnist)
+    and ``imagenet-hetdpt`` for any other."""
+    return preset or ("digits" if data in ("digits", "cluttered-mnist") else "imagenet-hetdpt")
 
 
 def _training(recipe: TrainConfig, *, epochs: int, batch_size: int | None, lr: float | None,
@@ -113,7 +113,7 @@ def width(
     model: str = typer.Argument(..., help=MODEL_HELP),
     out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
     config: WidthConfig = ...,
-    data: Optional[str] = typer.Option(None, "--data", help="Data for taylor importance (digits, cifar10, ...)."),
+    data: Optional[str] = typer.Option(None, "--data", help="Data for taylor importance (digits, cluttered-mnist, cifar10, ...)."),
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,

@@ -1,4 +1,4 @@
-"""Datasets and loaders by name: ``digits``, ``cifar10``, ``cifar100`` or an image-folder path.
+"""Datasets and loaders by name: ``digits``, ``cluttered-mnist``, ``cifar10``, ``cifar100`` or an image-folder path.
 
 CIFAR and image folders go through timm's ``create_dataset`` with timm's standard train/eval
 transforms, so a model sees the preprocessing it would see in a timm training script; a training
@@ -22,6 +22,7 @@ from timm.data.auto_augment import posterize as timm_posterize
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitprune.cache import cache_dir
+from vitprune.data.cluttered_mnist import CLUTTERED_MNIST_INPUT_SIZE, ClutteredMnistDataset
 from vitprune.data.digits import DIGITS_INPUT_SIZE, DigitsDataset
 from vitprune.errors import VitpruneError
 
@@ -29,7 +30,10 @@ SPLITS = ("train", "val")
 
 #: spec -> (timm dataset name, display name)
 _CIFAR = {"cifar10": ("torch/cifar10", "CIFAR-10"), "cifar100": ("torch/cifar100", "CIFAR-100")}
-NAMED_DATASETS = ("digits", *_CIFAR)
+#: vitprune's own datasets, which draw (and augment) their own images: spec -> (input size, dataset class)
+_OWN = {"digits": (DIGITS_INPUT_SIZE, DigitsDataset),
+        "cluttered-mnist": (CLUTTERED_MNIST_INPUT_SIZE, ClutteredMnistDataset)}
+NAMED_DATASETS = (*_OWN, *_CIFAR)
 
 #: Image mode timm decodes to, by channel count of the model input.
 _IMAGE_MODES = {1: "L", 3: "RGB"}
@@ -44,12 +48,14 @@ _SPEC_ATTR = "_vitprune_transform_spec"
 
 @dataclass(frozen=True)
 class _TransformSpec:
-    """How :func:`build_dataset` made a dataset's transform (``input_size`` ``None``: the digits' own)."""
+    """How :func:`build_dataset` made a dataset's transform (``input_size`` ``None``: the own one of the dataset
+    named ``own``)."""
 
     input_size: tuple[int, int, int] | None
     is_training: bool
     data_config: Mapping[str, Any] | None
     augment: tuple[tuple[str, Any], ...]
+    own: str | None = None
 
 
 def build_dataset(
@@ -65,14 +71,14 @@ def build_dataset(
 ) -> Dataset:
     """The ``split`` ("train" or "val") of dataset ``spec``, transformed for a model taking ``input_size``.
 
-    ``spec`` is ``digits``, ``cifar10``, ``cifar100`` or the path of an image folder (class
-    sub-folders, optionally under ``train/`` and ``val/``). ``root`` is where CIFAR lives (default
-    :func:`vitprune.cache.cache_dir` / ``data``); ``download`` fetches it if absent. ``is_training`` selects random
-    augmentation and defaults to ``split == "train"``. ``data_config`` is a timm data config (for
-    example ``resolve_data_config(model=model)``) whose mean, std, interpolation and crop are used
-    instead of timm's ImageNet defaults; ``input_size`` always wins over its input size. ``augment``
-    adds random augmentation to a training transform (keys of :data:`AUGMENTATIONS`, e.g.
-    :attr:`TrainConfig.augment <vitprune.training.TrainConfig.augment>`).
+    ``spec`` is ``digits``, ``cluttered-mnist`` (needs ``vitprune[bench]``), ``cifar10``, ``cifar100``
+    or the path of an image folder (class sub-folders, optionally under ``train/`` and ``val/``).
+    ``root`` is where CIFAR lives (default :func:`vitprune.cache.cache_dir` / ``data``); ``download``
+    fetches it if absent. ``is_training`` selects random augmentation and defaults to ``split == "train"``.
+    ``data_config`` is a timm data config (for example ``resolve_data_config(model=model)``) whose mean,
+    std, interpolation and crop are used instead of timm's ImageNet defaults; ``input_size`` always wins
+    over its input size. ``augment`` adds random augmentation to a training transform (keys of
+    :data:`AUGMENTATIONS`, e.g. :attr:`TrainConfig.augment <vitprune.training.TrainConfig.augment>`).
     """
     if split not in SPLITS:
         raise VitpruneError(f"unknown split {split!r} (expected one of: {', '.join(SPLITS)})")
@@ -80,11 +86,12 @@ def build_dataset(
     if is_training is None:
         is_training = split == "train"
     wanted = _augmentation(augment)
-    if spec == "digits":
-        if input_size != DIGITS_INPUT_SIZE:
-            raise VitpruneError(f"digits images are {_fmt(DIGITS_INPUT_SIZE)} but the model expects {_fmt(input_size)}")
-        _check_digits(wanted)
-        return _record(DigitsDataset(split, augment=is_training), _TransformSpec(None, is_training, None, ()))
+    if spec in _OWN:
+        own_size, dataset_class = _OWN[spec]
+        if input_size != own_size:
+            raise VitpruneError(f"{spec} images are {_fmt(own_size)} but the model expects {_fmt(input_size)}")
+        _check_own(spec, wanted)
+        return _record(dataset_class(split, augment=is_training), _TransformSpec(None, is_training, None, (), spec))
     if wanted and not is_training:
         raise VitpruneError(f"random augmentation ({_describe(wanted)}) applies to training transforms only")
     transform_spec = _TransformSpec(input_size, is_training, data_config, wanted)
@@ -99,8 +106,8 @@ def augmented(dataset: Dataset, augment: Mapping[str, Any]) -> Dataset:
     A dataset from :func:`build_dataset` (or a ``Subset`` of one) that already has it comes back
     as it is; otherwise a shallow copy comes back with its training transform rebuilt (``dataset``
     itself is left alone). A dataset built elsewhere, one built with the evaluation transform and
-    the digits (which augment themselves) come back unchanged when no random augmentation is asked,
-    and are refused in one line when it is.
+    vitprune's own datasets (which augment themselves) come back unchanged when no random augmentation
+    is asked, and are refused in one line when it is.
     """
     wanted = _augmentation(augment)
     if isinstance(dataset, Subset):
@@ -115,7 +122,7 @@ def augmented(dataset: Dataset, augment: Mapping[str, Any]) -> Dataset:
         raise VitpruneError(f"random augmentation ({_describe(wanted)}) needs a training set from "
                             "vitprune.data.build_dataset, whose transform vitprune can rebuild")
     if spec.input_size is None:
-        _check_digits(wanted)
+        _check_own(spec.own, wanted)
     if not spec.is_training:
         raise VitpruneError(f"random augmentation ({_describe(wanted)}) cannot apply to a dataset built with the "
                             "evaluation transform")
@@ -172,9 +179,9 @@ def _describe(wanted: tuple[tuple[str, Any], ...]) -> str:
     return ", ".join(f"{key} {value}" for key, value in wanted)
 
 
-def _check_digits(wanted: tuple[tuple[str, Any], ...]) -> None:
+def _check_own(name: str, wanted: tuple[tuple[str, Any], ...]) -> None:
     if wanted:
-        raise VitpruneError(f"the digits data augments itself and takes no other random augmentation "
+        raise VitpruneError(f"the {name} data augments itself and takes no other random augmentation "
                             f"({_describe(wanted)}); use CIFAR or an image folder")
 
 

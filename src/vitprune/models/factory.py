@@ -16,7 +16,9 @@ from torch import nn
 from vitprune.adapters import find_adapter, hf_vit, prepare_model
 from vitprune.adapters.lvvit import LVVIT_CONFIGS, build_lvvit
 from vitprune.errors import RecipeError, VitpruneError, first_line
+from vitprune.models.cluttered_mnist import build_cluttered_mnist_vit
 from vitprune.models.digits import build_digits_vit
+from vitprune.models.zoo import TRAINED_MODELS
 from vitprune.recipe import (
     RECIPE_FILE, BaseModel, Recipe, build_base, check_state_dict, load, register_base, require_recipe, saved_model_dir,
     set_recipe,
@@ -25,12 +27,11 @@ from vitprune.recipe import (
 #: Models vitprune defines itself, by the name a command takes (``source="vitprune"`` in recipes).
 VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {
     "digits-vit": build_digits_vit,
+    "cluttered-mnist-vit": build_cluttered_mnist_vit,
     **{name: partial(build_lvvit, name) for name in LVVIT_CONFIGS},
     # The class head alone, as STAR's code runs LV-ViT (and its LRP prior needs).
     **{f"{name}-cls": partial(build_lvvit, name, aux_head=False) for name in LVVIT_CONFIGS},
 }
-#: The vitprune model whose weights vitprune trains itself (``pretrained=True``); the others load a checkpoint.
-_TRAINED = "digits-vit"
 
 
 def _build_timm(base: BaseModel) -> nn.Module:
@@ -65,24 +66,22 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.Pa
 
     ``name`` is a timm model name, a vitprune model (``digits-vit``) or a Hugging Face hub id
     ``hf:owner/name`` (needs ``vitprune[hf]``). ``pretrained`` loads timm's or the hub's pretrained
-    weights (network needed) or, for ``digits-vit``, the trained model from the cache (training it
-    on first use). ``checkpoint`` loads weights from a local file instead.
+    weights (network needed) or, for ``digits-vit`` and ``cluttered-mnist-vit``, the trained model
+    from the cache (training it on first use). ``checkpoint`` loads weights from a local file instead.
     """
     if pretrained and checkpoint is not None:
         raise VitpruneError("give either pretrained weights or a checkpoint, not both")
     if name.startswith(HF_PREFIX):
         return _create_hf(name.removeprefix(HF_PREFIX), local=False, pretrained=pretrained, checkpoint=checkpoint)
     if name in VITPRUNE_MODELS:
-        if pretrained and name != _TRAINED:
+        if pretrained and name not in TRAINED_MODELS:
             raise VitpruneError(f"vitprune downloads no weights for {name}: pass --checkpoint with the original "
                                 "checkpoint (a local file), or --no-pretrained for random init")
         if pretrained:
-            from vitprune.models.zoo import trained_digits_vit  # the zoo saves with this module's recipes
-
             if kwargs:
                 raise VitpruneError(f"trained {name} exists only for its default architecture; drop {sorted(kwargs)}")
 
-            return trained_digits_vit()
+            return TRAINED_MODELS[name]()
         base = BaseModel(source="vitprune", name=name, kwargs=kwargs)
         model = build_base(base)
     elif timm.is_model(name):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console
 from torch import nn
 
@@ -11,22 +13,45 @@ from vitprune.recipe import BaseModel, Recipe, load, save, set_recipe
 
 #: Bump when the digits model's architecture or training recipe changes, so stale caches are not reused.
 DIGITS_VIT_CACHE_NAME = "digits-vit-v2"
+#: Bump when the cluttered-MNIST model's or data's construction or training recipe changes.
+CLUTTERED_MNIST_VIT_CACHE_NAME = "cluttered-mnist-vit-v1"
 
 
 def trained_digits_vit(*, progress: bool = True) -> nn.Module:
     """The embedded default model, trained on the digits dataset once and then loaded from the cache."""
     from vitprune.models.digits import train_digits_vit  # training pulls in data and the engine
 
-    path = cache_dir() / DIGITS_VIT_CACHE_NAME
+    return _trained("digits-vit", "digits ViT", DIGITS_VIT_CACHE_NAME, "digits", train_digits_vit, progress)
+
+
+def trained_cluttered_mnist_vit(*, progress: bool = True) -> nn.Module:
+    """The cluttered-MNIST model (needs ``vitprune[bench]``), trained once and then loaded from the cache."""
+    from vitprune.models.cluttered_mnist import train_cluttered_mnist_vit
+
+    return _trained("cluttered-mnist-vit", "cluttered-MNIST ViT", CLUTTERED_MNIST_VIT_CACHE_NAME, "cluttered-mnist",
+                    train_cluttered_mnist_vit, progress)
+
+
+#: The vitprune models whose weights vitprune trains itself, by name.
+TRAINED_MODELS: dict[str, Callable[..., nn.Module]] = {
+    "digits-vit": trained_digits_vit,
+    "cluttered-mnist-vit": trained_cluttered_mnist_vit,
+}
+
+
+def _trained(name: str, label: str, cache_name: str, data: str, train: Callable[..., tuple[nn.Module, dict]],
+             progress: bool) -> nn.Module:
+    """Model ``name`` (``label`` in messages) from the cache, or trained on ``data`` by ``train`` and cached under
+    ``cache_name``."""
+    path = cache_dir() / cache_name
     console = Console(stderr=True, quiet=not progress)
     if path.exists():
         try:
             return load(path)
         except RecipeError as exc:
-            console.print(f"[yellow]cached digits model unusable ({exc}); training it again[/]")
-    console.print(f"training the digits ViT once; it will be cached in {path}")
-    model, metrics = train_digits_vit(progress=progress)
-    set_recipe(model, Recipe(base=BaseModel(source="vitprune", name="digits-vit", weights="trained")))
-    save(model, path, metadata={"trained_on": "digits", **metrics})
+            console.print(f"[yellow]cached {label} unusable ({exc}); training it again[/]")
+    console.print(f"training the {label} once; it will be cached in {path}")
+    model, metrics = train(progress=progress)
+    set_recipe(model, Recipe(base=BaseModel(source="vitprune", name=name, weights="trained")))
+    save(model, path, metadata={"trained_on": data, **metrics})
     return model.eval()
-

@@ -1,0 +1,61 @@
+"""A DeiT-style ViT for cluttered MNIST: a task on which pruning visibly costs accuracy, trained on two CPU cores.
+
+Patch 5 on the 40x40 canvas gives 64 patch tokens and the class token; the model keeps a real
+DeiT's structure (class token, pre-norm blocks, GELU MLPs with ratio 4) at width 128, 8 blocks.
+"""
+
+from __future__ import annotations
+
+from timm.models.vision_transformer import VisionTransformer
+
+from vitprune.data.cluttered_mnist import (
+    CLUTTERED_MNIST_INPUT_SIZE,
+    CLUTTERED_MNIST_NUM_CLASSES,
+    ClutteredMnistDataset,
+)
+from vitprune.models.embedded import build_sincos_vit, train_embedded_vit
+
+#: Constructor kwargs of timm's ``VisionTransformer`` for the cluttered-MNIST model.
+CLUTTERED_MNIST_VIT_KWARGS: dict = {
+    "img_size": CLUTTERED_MNIST_INPUT_SIZE[1],
+    "patch_size": 5,
+    "in_chans": CLUTTERED_MNIST_INPUT_SIZE[0],
+    "num_classes": CLUTTERED_MNIST_NUM_CLASSES,
+    "embed_dim": 128,
+    "depth": 8,
+    "num_heads": 4,
+    "mlp_ratio": 4.0,
+    "class_token": True,
+    "global_pool": "token",
+    "weight_init": "moco",
+}
+
+#: Training recipe of :func:`train_cluttered_mnist_vit`: 88.2% validation top-1 at seed 0 after 26 minutes on one
+#: CPU thread. Chosen by a sweep: lr 1e-3 and above, or batch 64, learn markedly slower; 12 blocks at 2/3 of the
+#: epochs do no better than 8.
+CLUTTERED_MNIST_TRAIN_CONFIG: dict = {
+    "epochs": 34,
+    "batch_size": 32,
+    "lr": 5e-4,
+    "weight_decay": 0.05,
+    "warmup_epochs": 1,
+    "label_smoothing": 0.1,
+}
+
+
+def build_cluttered_mnist_vit(**overrides) -> VisionTransformer:
+    """A randomly initialised cluttered-MNIST ViT; ``overrides`` replace entries of :data:`CLUTTERED_MNIST_VIT_KWARGS`.
+
+    Its patch position embeddings start from fixed 2-D sin-cos values (:func:`build_sincos_vit`).
+    """
+    return build_sincos_vit(**{**CLUTTERED_MNIST_VIT_KWARGS, **overrides})
+
+
+def train_cluttered_mnist_vit(
+    *, seed: int = 0, epochs: int = CLUTTERED_MNIST_TRAIN_CONFIG["epochs"], progress: bool = True
+) -> tuple[VisionTransformer, dict]:
+    """Train the cluttered-MNIST ViT from scratch; returns the model in eval mode and its metrics
+    (:func:`~vitprune.models.embedded.train_embedded_vit`'s)."""
+    return train_embedded_vit(build_cluttered_mnist_vit, ClutteredMnistDataset("train", augment=True),
+                              ClutteredMnistDataset("val"), CLUTTERED_MNIST_TRAIN_CONFIG, seed=seed, epochs=epochs,
+                              progress=progress)
