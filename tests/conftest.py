@@ -240,6 +240,21 @@ def digits_chain() -> torch.nn.Module:
     return model.eval()
 
 
+def max_diff(a, b) -> float:
+    """The largest absolute difference, in float64, between two numbers or tensors of one shape, or two equally keyed
+    dicts or equally long lists of them, nested (empty tensors count 0): how far a multi-process result is from one
+    process's."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return max((max_diff(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        return max((max_diff(x, y) for x, y in zip(a, b)), default=0.0)
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    assert a.shape == b.shape
+    return float((a - b).abs().max()) if a.numel() else 0.0
+
+
 #: Variables torchrun sets; a test launching its own torchrun must not inherit them.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 

@@ -8,20 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 from _hetdpt_dist_worker import HETDPT, SPEED, setting, statistics
-from conftest import run_torchrun
+from conftest import max_diff, run_torchrun
 
 import vitprune
 from vitprune.methods.hetdpt.pipeline import (
     FINETUNE_DIR, MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, run_hetdpt,
 )
-
-
-def _max_diff(a, b) -> float:
-    """Largest difference between two numbers or tensors, or two equally keyed (nested) dicts of them."""
-    if not isinstance(a, dict):
-        return float((torch.as_tensor(a, dtype=torch.float64) - torch.as_tensor(b, dtype=torch.float64)).abs().max())
-    assert a.keys() == b.keys()
-    return max((_max_diff(a[k], b[k]) for k in a), default=0.0)
 
 
 @pytest.mark.slow
@@ -36,12 +28,12 @@ def test_two_processes_shard_the_statistics_and_training_and_reach_one_process_r
     assert max(abs(v) for scores in single["importance"].values() for v in scores.values()) > 1e-4
     for rank in ranks:
         # TE: moments over each shard, merged; one Step-2 step of the same global batch: scores and weights.
-        assert _max_diff(rank["te"], single["te"]) <= 1e-6
-        assert _max_diff(rank["importance"], single["importance"]) <= 1e-5
+        assert max_diff(rank["te"], single["te"]) <= 1e-6
+        assert max_diff(rank["importance"], single["importance"]) <= 1e-5
         assert rank["removed"] == single["removed"]
         assert [(h["type"], h["block"]) for h in rank["history"]] == [(h["type"], h["block"]) for h in
                                                                       single["history"]]
-        assert _max_diff(rank["weights"], single["weights"]) <= 1e-5
+        assert max_diff(rank["weights"], single["weights"]) <= 1e-5
         # The pipeline: the same points, split, shortlist and layers as one process, scores and TE within rounding.
         got = rank["report"]
         points, want = got["predictor"]["fit"]["points"], report["predictor"]["fit"]["points"]
@@ -49,8 +41,8 @@ def test_two_processes_shard_the_statistics_and_training_and_reach_one_process_r
         assert got["split"] == report["split"]
         assert (got["attention"], got["activation"]) == (report["attention"], report["activation"])
         assert got["selection"]["candidates"] == report["selection"]["candidates"]
-        assert _max_diff(got["selection"]["transfer_entropy"], report["selection"]["transfer_entropy"]) <= 1e-6
-        assert _max_diff(got["selection"]["importance"], report["selection"]["importance"]) <= 1e-5
+        assert max_diff(got["selection"]["transfer_entropy"], report["selection"]["transfer_entropy"]) <= 1e-6
+        assert max_diff(got["selection"]["importance"], report["selection"]["importance"]) <= 1e-5
         assert got["top1"] == pytest.approx(report["top1"], abs=1e-9)
         # Resumed where rank 1 has no files: every stage comes from what rank 0 saved and sent.
         resumed = rank["resumed"]
@@ -58,7 +50,7 @@ def test_two_processes_shard_the_statistics_and_training_and_reach_one_process_r
         assert resumed["selection"] == got["selection"]
     # Stage 2 fine-tuned data-parallel to the weights one process reaches, then merged.
     single_model = vitprune.load(tmp_path / "single" / MODEL_DIR).state_dict()
-    assert _max_diff(ranks[0]["model"], single_model) <= 1e-5
+    assert max_diff(ranks[0]["model"], single_model) <= 1e-5
     # Each TE pass of the pipeline (Step 1 and Step 2) gave each process its share of the 23 images.
     assert ranks[0]["shares"] == [12, 12] and ranks[1]["shares"] == [11, 11]
     # Only rank 0 writes.

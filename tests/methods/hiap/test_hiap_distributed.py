@@ -8,17 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from _hiap_dist_worker import HIAP, SPEED, TRAIN, setting
-from conftest import run_torchrun
+from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
 import vitprune
 from vitprune.methods.hiap.pipeline import GATES_FILE, MODEL_DIR, PLOT_FILE, REPORT_FILE, SEARCH_DIR, run_hiap
-
-
-def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    """Largest elementwise difference between two state dicts of the same structure (empty tensors included)."""
-    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].numel())
 
 
 @pytest.mark.slow
@@ -32,9 +26,9 @@ def test_two_processes_train_and_extract_what_one_process_does_and_rank_0_writes
     # weights) as one process does.
     assert max(float((g - HIAP.gate_init).abs().max()) for g in gates["single"].values()) > 1e-3
     assert single["heads"] < sum(layer["heads_of"] for layer in single["layers"])
-    assert _max_diff(gates["run0"], gates["single"]) <= 1e-5
+    assert max_diff(gates["run0"], gates["single"]) <= 1e-5
     models = {d: vitprune.load(tmp_path / d / MODEL_DIR).state_dict() for d in ("single", "run0")}
-    assert _max_diff(models["run0"], models["single"]) <= 1e-5
+    assert max_diff(models["run0"], models["single"]) <= 1e-5
     for rank in ranks:
         report = rank["report"]
         for got, want in zip(report["layers"], single["layers"], strict=True):

@@ -7,15 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 from _star_dist_worker import SPEED, STAR, setting, statistics
-from conftest import run_torchrun
+from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
 from vitprune.atomic import read_json
 from vitprune.methods.star.pipeline import ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, run_star
-
-
-def _max_diff(a, b) -> float:
-    return float((torch.as_tensor(a, dtype=torch.float64) - torch.as_tensor(b, dtype=torch.float64)).abs().max())
 
 
 @pytest.mark.slow
@@ -29,16 +25,16 @@ def test_two_processes_shard_the_images_and_reduce_to_one_process_values(tmp_pat
     prior = load_file(str(tmp_path / "single" / INTER_FILE))["inter"]
     for rank in ranks:
         # The functions themselves: sums over each shard, reduced, then divided by the global count.
-        assert _max_diff(rank["acs"], single["acs"]) <= 1e-6
+        assert max_diff(rank["acs"], single["acs"]) <= 1e-6
         assert rank["scores"].shape == single["scores"].shape
-        assert _max_diff(rank["scores"], single["scores"]) <= 1e-6
+        assert max_diff(rank["scores"], single["scores"]) <= 1e-6
         # The pipeline: every rank schedules and prunes with the values one process gets.
-        assert _max_diff(rank["report"]["acs"], report.acs) <= 1e-6
+        assert max_diff(rank["report"]["acs"], report.acs) <= 1e-6
         assert rank["report"]["rho"] == report.rho
         assert rank["report"]["keep_rates"] == report.keep_rates
         first, again = rank["applied"]
         assert first["rates"] == again["rates"] == report.keep_rates
-        assert _max_diff(first["prior"], prior) <= 1e-6
+        assert max_diff(first["prior"], prior) <= 1e-6
         # Resumed: the values rank 0 saved, read by rank 0 and sent to rank 1.
         assert torch.equal(again["prior"], first["prior"]) and rank["resumed_acs"] == rank["report"]["acs"]
     # Only rank 0 writes, and what it wrote is what every rank used.

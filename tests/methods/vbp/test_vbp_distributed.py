@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from _vbp_dist_worker import DEPTH, DEPTH_SPEED, SPEED, VBP, scores, setting, spies
-from conftest import run_torchrun
+from conftest import max_diff, run_torchrun
 
 from vitprune.methods.depth import run_depth
 from vitprune.methods.vbp import pipeline
@@ -21,17 +21,9 @@ from vitprune.methods.vbp.pipeline import (
 )
 
 
-def _max_diff(a, b) -> float:
-    """The largest absolute difference between two tensors, or two dicts of them with the same keys."""
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        return max(_max_diff(a[k], b[k]) for k in a)
-    return float((torch.as_tensor(a, dtype=torch.float64) - torch.as_tensor(b, dtype=torch.float64)).abs().max())
-
-
 def _stats_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys() and all(a[k][0] == b[k][0] for k in a)  # the same sample counts
-    return max(max(_max_diff(a[k][1], b[k][1]), _max_diff(a[k][2], b[k][2])) for k in a)
+    return max(max(max_diff(a[k][1], b[k][1]), max_diff(a[k][2], b[k][2])) for k in a)
 
 
 def _shared(report: dict) -> dict:
@@ -54,15 +46,15 @@ def test_two_processes_prune_and_finetune_as_one_and_only_rank_0_writes(tmp_path
     for rank in ranks:
         # The criteria themselves: per-rank moments merged, SNIP's gradients summed over the ranks.
         for criterion, values in single.items():
-            assert _max_diff(rank[criterion], values) <= 1e-6, criterion
+            assert max_diff(rank[criterion], values) <= 1e-6, criterion
         first, again = rank["runs"]
         # The pipeline: the statistics one process gets, hence its selection and its pruned weights...
         assert first["removed"] == one["removed"]
         assert _stats_diff(first["stats"], one["stats"]) <= 1e-6
-        assert _max_diff(first["pruned"], one["pruned"]) <= 1e-6
+        assert max_diff(first["pruned"], one["pruned"]) <= 1e-6
         # ...and one data-parallel SGD step of global batch 8 ends where one process's does.
-        assert _max_diff(first["recovered"], one["recovered"]) <= 1e-5
-        assert _max_diff(first["recovered"], first["pruned"]) > 1e-3  # the step did move the weights
+        assert max_diff(first["recovered"], one["recovered"]) <= 1e-5
+        assert max_diff(first["recovered"], first["pruned"]) > 1e-3  # the step did move the weights
         assert {k: rank["report"][k] for k in ("removed", "widths")} == {"removed": report.removed,
                                                                         "widths": report.widths}
         # Resumed: the statistics and selection rank 0 saved, read by rank 0 and sent to rank 1.

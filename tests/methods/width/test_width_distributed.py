@@ -7,24 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 from _width_dist_worker import SPEED, STEPS, gradients, setting, width_config
-from conftest import run_torchrun
+from conftest import max_diff, run_torchrun
 
 import vitprune
 from vitprune.methods.chain import run_chain
 from vitprune.methods.width import run_width, taylor_scores
 
 pytest.importorskip("torch_pruning")
-
-
-def _max_diff(a, b) -> float:
-    """The largest absolute difference between two tensors, or two dicts or lists of them in the same order."""
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        return max(_max_diff(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        assert len(a) == len(b)
-        return max(_max_diff(x, y) for x, y in zip(a, b))
-    return float((a.double() - b.double()).abs().max())
 
 
 def _shared(report: dict) -> dict:
@@ -50,8 +39,8 @@ def test_two_processes_width_prune_and_chain_as_one_and_only_rank_0_writes(tmp_p
     assert width["taylor_images"] == 60
     for rank in ranks:
         # Taylor statistics: each rank's share of the batches, gradients summed over the ranks.
-        assert _max_diff(rank["gradients"], grads) <= 1e-6
-        assert _max_diff(rank["scores"], scores) <= 1e-6
+        assert max_diff(rank["gradients"], grads) <= 1e-6
+        assert max_diff(rank["scores"], scores) <= 1e-6
         # The same plan, hence the same model, found by the same bisection.
         assert _shared(rank["width"]) == _shared(width)
         # The chain: the same width step, and one data-parallel SGD step of global batch 8 landing where one
@@ -62,7 +51,7 @@ def test_two_processes_width_prune_and_chain_as_one_and_only_rank_0_writes(tmp_p
             assert got["top1"] == pytest.approx(want["top1"], abs=1e-9)
         assert _steps(rank["resumed"]) == _steps(rank["chain"])
     alone = vitprune.load(tmp_path / "chain-single" / "model").state_dict()
-    assert _max_diff(ranks[0]["chain_weights"], alone) <= 1e-5
+    assert max_diff(ranks[0]["chain_weights"], alone) <= 1e-5
     assert all(torch.equal(v, ranks[1]["chain_weights"][k]) for k, v in ranks[0]["chain_weights"].items())
     # Only rank 0 writes; it wrote the width model, every step and the chain's model and report.
     assert ranks[1]["written"] == []
