@@ -217,8 +217,8 @@ def taylor_scores(model: nn.Module, gradients: dict[str, torch.Tensor]) -> list[
 
 
 def _set_gradients(model: nn.Module, gradients: dict[str, torch.Tensor]) -> None:
-    for name, param in model.named_parameters():  # the head parameters hidden as buffers need none
-        param.grad = gradients[name]
+    for name, param in model.named_parameters():  # frozen ones have none (the hidden head parameters are buffers)
+        param.grad = gradients.get(name)
 
 
 def _complement(removed: list[int], size: int) -> list[int]:

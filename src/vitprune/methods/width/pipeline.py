@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -139,9 +140,10 @@ def run_width(model: nn.Module, config: WidthConfig, *, out: str | Path, train_s
     pruned = copy.deepcopy(model)
     taylor_images = None
     if config.importance == "taylor":
-        share = _taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size, dist)
-        options["gradients"] = taylor_gradients(pruned, share)
-        taylor_images = int(all_reduce_sum(torch.tensor(sum(len(y) for _, y in share))).item())
+        sizes: list[int] = []
+        options["gradients"] = taylor_gradients(
+            pruned, _taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size, dist, sizes))
+        taylor_images = int(all_reduce_sum(torch.tensor(sum(sizes))).item())
     ratio, target_macs = config.ratio, config.target_macs
     if target_macs is not None:
         ratio, plan = prune_width_to_macs(pruned, target_macs, convention=config.convention, **options)
@@ -158,9 +160,12 @@ def run_width(model: nn.Module, config: WidthConfig, *, out: str | Path, train_s
     return save_and_time(report, METADATA_KEY, pruned, model, speed, device=device, progress=progress)
 
 
-def _taylor_batches(train_set: Dataset, batches: int, batch_size: int,
-                    dist: DistContext | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This process's share of the first ``batches`` shuffled batches: the same shuffle on every process."""
+def _taylor_batches(train_set: Dataset, batches: int, batch_size: int, dist: DistContext | None,
+                    sizes: list[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """This process's share of the first ``batches`` shuffled batches (the same shuffle on every process), streamed:
+    the gradients are summed in one pass, so no batch is kept. Each batch's image count is appended to ``sizes``."""
     rank, world = (dist.rank, dist.world_size) if dist is not None else (0, 1)
     loader = build_loader(train_set, batch_size, shuffle=True, seed=0)
-    return list(itertools.islice(loader, rank, batches, world))
+    for images, labels in itertools.islice(loader, rank, batches, world):
+        sizes.append(len(labels))
+        yield images, labels
