@@ -14,7 +14,7 @@ from vitprune.recipe import BaseModel, Recipe, load, save, set_recipe
 #: Bump when the digits model's architecture or training recipe changes, so stale caches are not reused.
 DIGITS_VIT_CACHE_NAME = "digits-vit-v2"
 #: Bump when the cluttered-MNIST model's or data's construction or training recipe changes.
-CLUTTERED_MNIST_VIT_CACHE_NAME = "cluttered-mnist-vit-v1"
+CLUTTERED_MNIST_VIT_CACHE_NAME = "cluttered-mnist-vit-v3"
 
 
 def trained_digits_vit(*, progress: bool = True) -> nn.Module:
