@@ -36,6 +36,8 @@ def _budget(claims: ModuleType):
 def test_every_claim_gets_a_verdict_on_a_tiny_configuration(claims, tmp_path):
     store = tmp_path / "claims.store.json"
     report = claims.run(_setting(claims), _budget(claims), store, progress=False)
+    # each unit counts its own time only (a selection inside an arm is not counted twice)
+    assert 0 < report["seconds"]["measurements"] <= report["seconds"]["this_call"]
     papers = {c["paper"] for c in report["claims"]}
     assert papers == {"HetDPT", "HetDPT+", "VBP", "STAR", "HiAP", "Width (Isomorphic)", "Composition"}
     assert len(report["claims"]) == 15
