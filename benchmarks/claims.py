@@ -3,16 +3,17 @@
 Starting checkpoint: vitprune's ``cluttered-mnist-vit`` (trained on first use, then cached;
 needs ``vitprune[bench]``). Every arm of a comparison is pruned to the same MACs (full
 convention, within 1%), measured right after pruning and after the same short recovery
-(``--tune-images`` training images, one epoch, AdamW, soft distillation from the dense model),
-over ``--seeds`` (a seed sets the fine-tune's images and their order and any random or trained
-selection). A comparison's verdict: *holds* when the claimed winner's mean − std lies above the
-other's mean + std, *does not hold* when it lies clearly below (or, for "comparable" claims, when
-the intervals do not overlap), else *inconclusive*. A claim holds when all its comparisons hold and
-does not hold when any of them does not.
+(:class:`Budget`'s ``tune_images`` training images, one epoch, AdamW, soft distillation from the
+dense model), over its ``seeds`` (a seed sets the fine-tune's images and their order and any random
+or trained selection). Each arm's interval is its mean ± the seeds' std and the validation set's
+binomial standard error together (:func:`_margin`). A comparison *holds* when the claimed winner's
+interval lies above the other's, *does not hold* when it lies below (or, for "comparable" claims,
+when they do not overlap), else it is *inconclusive*. A claim holds when all its comparisons hold
+and does not hold when any of them does not.
 
-Each measurement is stored in the results JSON as soon as it is made, so an interrupted run
-continues where it stopped (``--fresh`` starts over). Writes ``<out-dir>/claims.{json,md}`` and
-plots (``claims_quick.*`` with ``--quick``).
+Each measurement is stored (``<out-dir>/claims.store.json``) as soon as it is made, so an
+interrupted run continues where it stopped (``--fresh`` starts over). Writes
+``<out-dir>/claims.{json,md}`` and plots (``claims_quick.*`` with ``--quick``).
 
     python benchmarks/claims.py                 # the full run: 65 minutes on 2 CPU cores in ours
     python benchmarks/claims.py --quick         # one seed, smaller budgets: about 11 minutes
@@ -189,7 +190,7 @@ class Runner:
                 merge_linear_mlps(model)
                 row["top1_tuned"] = self.evaluate(model)
             return row
-        return self.unit(key, work)
+        return {**self.unit(key, work), "images": len(self.s.val)}
 
     def arms(self, key: str, build: Callable[[int], nn.Module], **options: Any) -> list[dict[str, Any]]:
         """:meth:`arm` once per seed; ``build(seed)``."""
@@ -224,18 +225,31 @@ def _spread(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def _margin(values: list[float], std: float, rows: list[dict]) -> float:
+    """Half-width of an arm's interval: the seeds' std and the binomial standard error of a top-1 measured on
+    ``images`` validation images, together (a deterministic arm has no seed spread, but its top-1 is still an
+    estimate from a finite set: about 1.1 points at 85% on 1,000 images)."""
+    images = rows[0].get("images")
+    if not images:
+        return std
+    p = min(max(statistics.mean(values) / 100, 0.0), 1.0)
+    return math.hypot(std, 100 * math.sqrt(p * (1 - p) / images))
+
+
 def compare(label: str, a: str, a_rows: list[dict], b: str, b_rows: list[dict], metric: str,
             kind: str = "better") -> dict[str, Any]:
     """One comparison of two arms on ``metric``: is ``a`` better than ``b`` (``kind`` "better") or comparable
-    to it (``"comparable"``)? Arms whose MACs differ by more than :data:`MATCH` get no verdict but
-    *inconclusive*."""
-    (ma, sa), (mb, sb) = _spread(_values(a_rows, metric)), _spread(_values(b_rows, metric))
-    apart = ma - sa > mb + sb or ma + sa < mb - sb
+    to it (``"comparable"``)? Each arm's interval is its mean ± :func:`_margin`. Arms whose MACs differ by
+    more than :data:`MATCH` get no verdict but *inconclusive*."""
+    (va, vb) = _values(a_rows, metric), _values(b_rows, metric)
+    (ma, sa), (mb, sb) = _spread(va), _spread(vb)
+    ea, eb = _margin(va, sa, a_rows), _margin(vb, sb, b_rows)
+    apart = ma - ea > mb + eb or ma + ea < mb - eb
     if kind == "comparable":
         verdict = "does not hold" if apart else "holds"
-    elif ma - sa > mb + sb:
+    elif ma - ea > mb + eb:
         verdict = "holds"
-    elif ma + sa < mb - sb:
+    elif ma + ea < mb - eb:
         verdict = "does not hold"
     else:
         verdict = "inconclusive"
@@ -243,8 +257,9 @@ def compare(label: str, a: str, a_rows: list[dict], b: str, b_rows: list[dict], 
     gap = abs(macs_a - macs_b) / max(macs_a, macs_b)
     if gap > MATCH:  # not a fair comparison: it judges nothing
         verdict = "inconclusive"
-    return {"label": label, "a": a, "b": b, "metric": metric, "kind": kind, "a_mean": ma, "a_std": sa, "b_mean": mb,
-            "b_std": sb, "n": len(a_rows), "macs_a": macs_a, "macs_b": macs_b, "macs_gap": gap, "verdict": verdict}
+    return {"label": label, "a": a, "b": b, "metric": metric, "kind": kind, "a_mean": ma, "a_std": sa, "a_margin": ea,
+            "b_mean": mb, "b_std": sb, "b_margin": eb, "n": len(a_rows), "macs_a": macs_a, "macs_b": macs_b,
+            "macs_gap": gap, "verdict": verdict}
 
 
 def claim(paper: str, statement: str, comparisons: list[dict[str, Any]], note: str = "") -> dict[str, Any]:
@@ -430,6 +445,8 @@ def hetdpt_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return _depth_model(r, attention, activation, target)
 
     hetdpt = r.arms("hetdpt/ste", ste)
+    ste_layers = {seed: r.units[f"hetdpt/ste-layers/seed{seed}"]["value"] for seed in r.b.seeds}
+    te_layers = (_te_layers(r, "attention", pick["a"]), _te_layers(r, "activation", pick["g"]))
     random_rows = r.arms("hetdpt/random", random_layers)
     te_rows = grid_rows[pick["a"]]
     attention_only = grid_rows[max(p["a"] for p in grid if p["g"] == 0)] if any(p["g"] == 0 for p in grid) else None
@@ -475,7 +492,11 @@ def hetdpt_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                    "of a GELU layer in neurons"),
         claim("HetDPT", "Learnable (straight-through) importance picks better layers within each type than transfer "
               "entropy alone or random choice", _both("STE vs TE only", "STE", hetdpt, "TE only", te_rows)
-              + _both("STE vs random", "STE", hetdpt, "random", random_rows)),
+              + _both("STE vs random", "STE", hetdpt, "random", random_rows),
+              note=f"Step 2 trains {r.b.search_images} images for one epoch (lr {r.b.lr}); the layers it removes, "
+                   "by seed: " + "; ".join(f"{seed}: attention {att}, GELU {act}" for seed, (att, act) in
+                                          ste_layers.items())
+                   + f"; TE's: attention {te_layers[0]}, GELU {te_layers[1]}"),
         claim("HetDPT", "The MAP's predicted split is (near) the best split of the budget", [near],
               note=f"grid over {len(grid)} splits (TE layers), top-1 after recovery: "
                    + ", ".join(f"a={a}: {v:.2f}" for a, v in sorted(tuned.items()))
@@ -488,7 +509,7 @@ def hetdpt_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                       for p in grid],
              "pick": pick, "predictor_points": points, "predictor_fit": {"degree": fit.degree, "mae": fit.mae},
              "single": single, "ste": hetdpt, "random": random_rows,
-             "ste_layers": {seed: r.units[f"hetdpt/ste-layers/seed{seed}"]["value"] for seed in r.b.seeds}}
+             "ste_layers": ste_layers}
     return claims, table
 
 
@@ -600,7 +621,7 @@ def hiap_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             row = {"macs": count_macs(model).macs, "top1_pruned": r.evaluate(model)}
             r.tune(model, seed, images=r.b.hiap_images, epochs=r.b.hiap_epochs, alpha=0.7, tau=4.0)
             return {**row, "top1_tuned": r.evaluate(model)}
-        baseline.append(r.unit(f"hiap/uniform/seed{seed}", work))
+        baseline.append({**r.unit(f"hiap/uniform/seed{seed}", work), "images": len(r.s.val)})
     budget = [{"label": f"{name}, seed {seed}: {row['macs'] / target - 1:+.1%} of the budget", "a": name, "b": "",
                "metric": "macs", "kind": "budget", "a_mean": 100 * row["macs"] / target, "a_std": 0.0,
                "b_mean": 100.0, "b_std": 0.0, "n": 1, "macs_a": row["macs"], "macs_b": target, "macs_gap": None,
@@ -731,15 +752,16 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
         compose, compose_table = composition_claims(r, star_table)
     measured = sum(u["seconds"] for u in units.values())
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "checkpoint": setting.checkpoint, "budget": asdict(budget),
-            "dense": dense, "claims": hetdpt + vbp + star + hiap + width + compose,
+            "dense": dense, "val_images": len(setting.val), "claims": hetdpt + vbp + star + hiap + width + compose,
             "tables": {"hetdpt": hetdpt_table, "vbp": vbp_table, "star": star_table, "hiap": hiap_table,
                        "width": width_table, "composition": compose_table},
             "seconds": {"this_call": time.perf_counter() - start, "measurements": measured},
             "torch": torch.__version__, "threads": torch.get_num_threads(), "units": units}
 
 
-def _cell(mean: float, std: float, n: int) -> str:
-    return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}"
+def _cell(mean: float, std: float, margin: float, n: int) -> str:
+    """Mean ± std over the seeds, and the half-width of the interval the verdict uses."""
+    return (f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}") + f" (±{margin:.2f})"
 
 
 def to_markdown(report: dict[str, Any], command: str) -> str:
@@ -760,17 +782,22 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         f"Recovery, the same for every arm that is not trained as it is pruned: {b['tune_images']} training images "
         f"drawn by the seed, one epoch, AdamW lr {b['lr']}, batch {b['batch_size']}, soft distillation from the dense "
         f"model (α 0.5, τ 1). Seeds {b['seeds']}: each sets the fine-tune's images and order and any random or "
-        f"trained selection. Top-1 in %, mean ± standard deviation over the seeds. Every comparison's arms cost the "
+        f"trained selection. Top-1 in %, mean ± standard deviation over the seeds, then in brackets the half-width "
+        "of the interval the verdict uses (below). Every comparison's arms cost the "
         f"same MACs within {MATCH:.0%} (the MACs gap column) unless it says otherwise.",
         "",
-        "Verdicts: a comparison *holds* when the claimed winner's mean − std is above the other's mean + std, *does "
-        "not hold* when its mean + std is below the other's mean − std, and is *inconclusive* otherwise (the "
-        "intervals overlap); a claim of comparable accuracy holds when the intervals overlap. A claim holds when "
-        "every comparison holds and does not hold when any does not.",
+        "Verdicts: each arm's interval is its mean ± √(std² + SE²), SE the binomial standard error of a top-1 "
+        f"measured on {report['val_images']:,} validation images (1.1 points at 85%): an arm that does not depend on "
+        "the seed (every deterministic selection, right after pruning) has no spread over seeds, yet a difference of "
+        "a few images is no evidence. A comparison *holds* when the claimed winner's interval lies above the "
+        "other's, *does not hold* when it lies below, and is *inconclusive* when they overlap; a claim of comparable "
+        "accuracy holds when they overlap. Arms whose MACs differ by more than 1% are inconclusive whatever their "
+        "accuracy. A claim holds when every comparison holds and does not hold when any does not.",
         "",
-        f"**{counts['holds']} claims hold, {counts['does not hold']} do not hold, {counts['inconclusive']} are "
-        "inconclusive.**" + (" With one seed there is no spread, so any difference decides a verdict: a quick run "
-                              "shows the machinery, not the answer." if len(b["seeds"]) == 1 else ""),
+        f"**{len(claims)} claims: holds {counts['holds']}, does not hold {counts['does not hold']}, inconclusive "
+        f"{counts['inconclusive']}.**" + (
+            " With one seed the intervals miss the spread over seeds: a quick run shows the machinery, not the "
+            "answer." if len(b["seeds"]) == 1 else ""),
         "",
         "| Paper | Claim | Verdict |",
         "|---|---|---|",
@@ -789,8 +816,9 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
                     lines.append(f"| {x['label']} | {x['a']} | {x['macs_a'] / 1e6:.2f} M | budget | "
                                  f"{x['macs_b'] / 1e6:.2f} M | {gap} | {x['verdict']} |")
                     continue
-                lines.append(f"| {x['label']} | {x['a']} | {_cell(x['a_mean'], x['a_std'], x['n'])} | {x['b']} | "
-                             f"{_cell(x['b_mean'], x['b_std'], x['n'])} | {gap} | {x['verdict']} |")
+                lines.append(f"| {x['label']} | {x['a']} | {_cell(x['a_mean'], x['a_std'], x['a_margin'], x['n'])} | "
+                             f"{x['b']} | {_cell(x['b_mean'], x['b_std'], x['b_margin'], x['n'])} | {gap} | "
+                             f"{x['verdict']} |")
     lines += ["", "Plots: [VBP](claims_vbp.png), [HetDPT](claims_hetdpt.png), [the other arms](claims_arms.png)"
               .replace("claims_", f"{report.get('stem', 'claims')}_"), ""]
     return "\n".join(lines)

@@ -91,6 +91,15 @@ def test_verdict_rule(claims, a, b, kind, verdict):
     assert unmatched["verdict"] == "inconclusive" and unmatched["macs_gap"] == pytest.approx(11 / 1011)
 
 
+def test_a_few_images_of_difference_decide_nothing(claims):
+    """Deterministic arms have no spread over seeds; their top-1 on 1,000 images still has a standard error."""
+    rows = lambda top1: [{"top1_pruned": top1, "macs": 1000, "images": 1000}] * 3  # noqa: E731
+    close = claims.compare("x", "A", rows(0.853), "B", rows(0.850), "top1_pruned")
+    assert close["a_std"] == 0 and close["a_margin"] == pytest.approx(100 * (0.853 * 0.147 / 1000) ** 0.5)
+    assert close["verdict"] == "inconclusive"
+    assert claims.compare("x", "A", rows(0.88), "B", rows(0.85), "top1_pruned")["verdict"] == "holds"
+
+
 def test_a_claim_holds_only_when_every_comparison_holds(claims):
     made = lambda *verdicts: claims.claim("P", "s", [{"verdict": v} for v in verdicts])["verdict"]  # noqa: E731
     assert made("holds", "holds") == "holds"
