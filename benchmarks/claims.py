@@ -349,9 +349,17 @@ def trim_to(model: nn.Module, target: float) -> int:
         prune_by_selection(work, removed(count))
         return final_macs(work)
 
-    if cost(total) > target:
+    full, none = cost(total), final_macs(model)
+    if full > target:
         raise VitpruneError("no neuron trim reaches the MAC target")
-    low, high = 0, total  # the fewest neurons that reach the target: cost(high) <= target < cost(low)
+    # The fewest neurons that reach the target: cost(high) <= target < cost(low). Neurons of a plain ViT all cost
+    # the same, so interpolation brackets it at once; the bracket widens where they do not.
+    guess = math.ceil((none - target) / (none - full) * total)
+    low, high, step = max(0, guess - 1), min(total, guess + 1), 2
+    while low > 0 and cost(low) <= target:
+        low, step = max(0, low - step), 2 * step
+    while cost(high) > target:
+        high, step = min(total, high + step), 2 * step
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if cost(mid) <= target else (mid, high)
