@@ -155,7 +155,8 @@ class Runner:
             value = compute()
             elapsed = time.perf_counter() - start
             # A unit's own time: units computed inside it (a selection inside an arm) count for themselves.
-            self.units[key] = {"value": value, "seconds": elapsed - self._nested}
+            self.units[key] = {"value": value, "seconds": elapsed - self._nested, "threads": torch.get_num_threads(),
+                               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
             self._nested = outer + elapsed
             self.save()
             if not self.progress.disable:
@@ -759,12 +760,14 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
         width, width_table = width_claims(r, hetdpt_table)
         compose, compose_table = composition_claims(r, star_table)
     measured = sum(u["seconds"] for u in units.values())
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "checkpoint": setting.checkpoint, "budget": asdict(budget),
+    # Where and when the measurements were made, whichever calls made them (a later call may only read them back).
+    return {"date": max(u["date"] for u in units.values()), "checkpoint": setting.checkpoint, "budget": asdict(budget),
             "dense": dense, "val_images": len(setting.val), "claims": hetdpt + vbp + star + hiap + width + compose,
             "tables": {"hetdpt": hetdpt_table, "vbp": vbp_table, "star": star_table, "hiap": hiap_table,
                        "width": width_table, "composition": compose_table},
             "seconds": {"this_call": time.perf_counter() - start, "measurements": measured},
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "units": units}
+            "torch": sorted({u["torch"] for u in units.values()}),
+            "threads": sorted({u["threads"] for u in units.values()}), "units": units}
 
 
 def _cell(mean: float, std: float, margin: float, n: int) -> str:
@@ -784,8 +787,8 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
         f"{dense['params']:,} params, {dense['macs_full'] / 1e6:.1f} M MACs full convention (linear + attention "
         f"matmuls; {dense['macs_linear'] / 1e6:.1f} M linear only).",
         f"Command: `{command}`; the measurements took {report['seconds']['measurements'] / 60:.1f} min (each "
-        f"one's own time, summed over the calls that made them) on {report['threads']} CPU threads, torch "
-        f"{report['torch']}; {report['date']}.",
+        f"one's own time, summed over the calls that made them) on {' or '.join(map(str, report['threads']))} CPU "
+        f"threads, torch {', '.join(report['torch'])}; the last one finished {report['date']}.",
         "",
         f"Recovery, the same for every arm that is not trained as it is pruned: {b['tune_images']} training images "
         f"drawn by the seed, one epoch, AdamW lr {b['lr']}, batch {b['batch_size']}, soft distillation from the dense "
