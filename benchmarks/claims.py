@@ -49,7 +49,8 @@ from vitprune.methods.hetdpt.baselines import greedy_te
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hiap import HiAPConfig, budget_threshold, extract, train_gates
 from vitprune.methods.hiap.search import fixed_macs
-from vitprune.methods.star import apply_keep_rates, average_cosine_similarity, inter_layer_scores, keep_rates
+from vitprune.methods.star import (apply_keep_rates, average_cosine_similarity, inter_layer_scores, keep_rates,
+                                   rho_for_macs)
 from vitprune.methods.vbp import magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection, select_neurons
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
 
@@ -172,13 +173,17 @@ class Runner:
     def evaluate(self, model: nn.Module) -> float:
         return evaluate(model, self.val_loader)["top1"]
 
+    def images(self, seed: int, count: int) -> Subset:
+        """``count`` training images drawn by ``seed``: what one seed's fine-tune, search or HiAP run trains on."""
+        order = torch.randperm(len(self.s.train), generator=torch.Generator().manual_seed(seed))
+        return Subset(self.s.train, order[:count].tolist())
+
     def tune(self, model: nn.Module, seed: int, *, images: int | None = None, epochs: int = 1, alpha: float = 0.5,
              tau: float = 1.0) -> None:
         """The short recovery: ``images`` training images drawn by ``seed``, soft distillation from the dense model."""
-        order = torch.randperm(len(self.s.train), generator=torch.Generator().manual_seed(seed))
-        subset = Subset(self.s.train, order[: images or self.b.tune_images].tolist())
         config = TrainConfig(epochs=epochs, lr=self.b.lr, batch_size=self.b.batch_size, seed=seed)
-        finetune_pruned(model, subset, None, config, teacher=self.s.dense, distill="soft", alpha=alpha, tau=tau)
+        finetune_pruned(model, self.images(seed, images or self.b.tune_images), None, config, teacher=self.s.dense,
+                        distill="soft", alpha=alpha, tau=tau)
 
     def arm(self, key: str, build: Callable[[], nn.Module], seed: int, *, tune: bool = True,
             macs: Callable[[nn.Module], float] | None = None) -> dict[str, Any]:
@@ -438,9 +443,7 @@ def hetdpt_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
     def ste(seed: int) -> nn.Module:
         def choose() -> list[list[int]]:
-            order = torch.randperm(len(r.s.train), generator=torch.Generator().manual_seed(seed))
-            subset = Subset(r.s.train, order[: r.b.search_images].tolist())
-            chosen = select_layers(dense, subset, TrainConfig(epochs=1, lr=r.b.lr, batch_size=r.b.batch_size,
+            chosen = select_layers(dense, r.images(seed, r.b.search_images), TrainConfig(epochs=1, lr=r.b.lr, batch_size=r.b.batch_size,
                                                               seed=seed),
                                    attention=pick["a"], activation=pick["g"])
             return [chosen.attention, chosen.activation]
@@ -555,15 +558,15 @@ def star_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         apply_keep_rates(model, rates, alpha=alpha, prior=table, adaptive=adaptive)
         return model
 
-    def rho(adaptive: bool) -> float:
-        cost = (lambda x: mean_macs(tokens(keep_rates(acs, x, anchor=anchor), STAR_ALPHA, prior, True))) \
-            if adaptive else (lambda x: count_macs(tokens(keep_rates(acs, x, anchor=anchor), 1.0, None)).macs)
-        return _bisect(cost, target, 1e-4, 1.0, steps=12 if adaptive else 16)
+    def adaptive_rho() -> float:  # rho_for_macs for a-STAR, whose MACs are a mean over images
+        return _bisect(lambda x: mean_macs(tokens(keep_rates(acs, x, anchor=anchor), STAR_ALPHA, prior, True)),
+                       target, 1e-4, 1.0, steps=12)
 
-    rates = keep_rates(acs, r.unit("star/rho", lambda: rho(False)), anchor=anchor)
+    rates = keep_rates(acs, r.unit("star/rho", lambda: rho_for_macs(dense, acs, target, anchor=anchor)),
+                       anchor=anchor)
     flat = r.unit("star/uniform", lambda: _bisect(
         lambda x: count_macs(tokens([x] * blocks, 1.0, None)).macs, target, 1e-3, 1.0))
-    adaptive_rates = keep_rates(acs, r.unit("star/rho-adaptive", lambda: rho(True)), anchor=anchor)
+    adaptive_rates = keep_rates(acs, r.unit("star/rho-adaptive", adaptive_rho), anchor=anchor)
 
     def random_prior(seed: int) -> torch.Tensor:
         return torch.rand(prior.shape, generator=torch.Generator().manual_seed(seed)) + 1e-3
@@ -605,10 +608,8 @@ def hiap_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 "fine only": HiAPConfig(target_macs=target, lambda_macro=0.0, lambda_micro=1.5)}
 
     def hiap(config: HiAPConfig, seed: int) -> nn.Module:
-        order = torch.randperm(len(r.s.train), generator=torch.Generator().manual_seed(seed))
-        subset = Subset(r.s.train, order[: r.b.hiap_images].tolist())
         model = copy.deepcopy(dense)
-        gates, _ = train_gates(model, subset, config, replace(train, seed=seed), teacher=dense)
+        gates, _ = train_gates(model, r.images(seed, r.b.hiap_images), config, replace(train, seed=seed), teacher=dense)
         extract(model, gates, budget_threshold(gates, fixed_macs(dense, target), target, 0.005))
         return model
 
@@ -668,8 +669,15 @@ def width_claims(r: Runner, hetdpt_table: dict[str, Any]) -> tuple[list[dict[str
         trim_to(work, target)
         return work
 
-    taylor = r.arms("width/taylor", lambda seed: width(dense, "taylor"))
-    magnitude = r.arms("width/magnitude", lambda seed: width(dense, "magnitude"))
+    pruned: dict[str, nn.Module] = {}  # the dense model's width pruning does not depend on the seed: done once
+
+    def dense_width(importance: str) -> nn.Module:
+        if importance not in pruned:
+            pruned[importance] = width(dense, importance)
+        return copy.deepcopy(pruned[importance])
+
+    taylor = r.arms("width/taylor", lambda seed: dense_width("taylor"))
+    magnitude = r.arms("width/magnitude", lambda seed: dense_width("magnitude"))
     depth_target = r.dense_macs * r.b.depth_share
 
     def hetdpt_plus(seed: int) -> nn.Module:
