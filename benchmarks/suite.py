@@ -57,6 +57,7 @@ class Job(NamedTuple):
 
 JOBS = [
     Job("digits-model", None, [], []),
+    Job("startup", "startup.py", [], []),
     Job("profile_deit", "profile_deit.py", ["--repeats", "5", "--warmup", "1"], []),
     Job("structural", "structural.py", ["--pairs", "3", "--warmup", "1", "--batch-size", "8"], []),
     Job("depth_speed", "depth_speed.py", ["--pairs", "4", "--warmup", "1"], []),

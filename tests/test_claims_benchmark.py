@@ -33,6 +33,7 @@ def _budget(claims: ModuleType):
                          hiap_images=32, hiap_epochs=1)
 
 
+@pytest.mark.slow
 def test_every_claim_gets_a_verdict_on_a_tiny_configuration(claims, tmp_path):
     store = tmp_path / "claims.store.json"
     report = claims.run(_setting(claims), _budget(claims), store, progress=False)

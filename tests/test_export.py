@@ -21,6 +21,7 @@ def _outputs(path, x):
     return OnnxRuntimeModel(path)(x)
 
 
+@pytest.mark.slow
 def test_depth_pruned_models_of_every_family_match_pytorch_at_any_batch(small_model_spec, tmp_path):
     name, kwargs = small_model_spec
     model = tracked(name, shallow(name, kwargs, 3))
@@ -45,6 +46,7 @@ def test_a_static_export_and_a_chain_with_token_pruning(tmp_path):
         _outputs(tmp_path / "s.onnx", torch.randn(2, 1, 32, 32))
 
 
+@pytest.mark.slow
 def test_what_cannot_be_exported_leaves_no_file(tmp_path, monkeypatch):
     model = digits_chain()
     prune_tokens(model, 3, 0.7, adaptive=True)

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Each top-level part of the package and its layer: a part imports only parts of lower layers (and itself).
 #: ``training`` is the engine the methods call (fine-tuning after pruning): it knows no method.
 LAYERS = {
-    "errors": 0, "version": 0, "config": 0,
+    "errors": 0, "version": 0, "config": 0, "lazy": 0,
     **dict.fromkeys(("atomic", "device", "cache", "layers", "linear"), 1),
     **dict.fromkeys(("plotting", "data", "recipe", "adapters"), 2),
     **dict.fromkeys(("surgery", "measure", "export", "training"), 3),

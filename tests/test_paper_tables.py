@@ -54,6 +54,7 @@ def test_hetdpt_plus_rows_read_the_budgets_results_or_ask_for_them(pt, tmp_path)
     assert all("another starting point" in r["note"] and r["ours"] is None for r in pt._hetdpt_plus_rows(tmp_path))
 
 
+@pytest.mark.slow
 def test_cheap_rows_match_the_notes_derived_counts(pt):
     hiap = pt._hiap_section()
     dense, described = hiap["tables"][0]["rows"]
@@ -70,6 +71,7 @@ def test_cheap_rows_match_the_notes_derived_counts(pt):
     assert dense["ours"]["macs_tp"] == count_macs(pt._base(pt._T), convention="tp").macs
 
 
+@pytest.mark.slow
 def test_hetdpt_deit_s_row_in_tp_as_its_code_counts(pt):
     """HetDPT's 6-layer DeiT-S (attention [1, 10, 11], GELU [8, 10, 11]): notes/hetdpt.md §1.8.4's params and linear
     MACs, and the printed 3.3 G in torch-pruning's count as HetDPT's code takes it; tp on timm's Attention is not."""

@@ -48,6 +48,7 @@ def test_depth_splits_find_a_split_from_its_printed_counts(st, model):
                            "full", layers=6) == []
 
 
+@pytest.mark.slow
 def test_vbp_shares_bracket_the_split_that_produced_the_counts(st, model):
     stages = st.stages(model)
     dense = count_macs(model).totals()

@@ -1,11 +1,16 @@
 """vitprune: turn a trained vision transformer into a physically smaller, measurably faster one."""
 
-from vitprune.version import __version__  # noqa: E402
-from vitprune import surgery  # noqa: E402,F401  (registers the edits that recipes replay)
-from vitprune.adapters import get_adapter  # noqa: E402
-from vitprune.errors import VitpruneError  # noqa: E402
-from vitprune.models import create_model, from_transformers, resolve_model  # noqa: E402
-from vitprune.recipe import apply_edit, get_recipe, load, save, track  # noqa: E402
+from vitprune.errors import VitpruneError
+from vitprune.lazy import lazy_exports
+from vitprune.version import __version__
+
+# Loaded on first use: the command line imports this package to start, and its help needs no torch. Loading the
+# models registers the base builders and the edits that a saved model's recipe replays.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".adapters": ("get_adapter",),
+    ".models": ("create_model", "from_transformers", "resolve_model"),
+    ".recipe": ("apply_edit", "get_recipe", "load", "save", "track"),
+})
 
 __all__ = [
     "VitpruneError", "__version__", "apply_edit", "create_model", "from_transformers", "get_adapter", "get_recipe",

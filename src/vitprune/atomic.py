@@ -22,20 +22,22 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     leaves a half-written directory under the real name.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        yield tmp
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        try:
+            yield tmp
+            _follow_umask(tmp)
+            if target.exists():
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                os.replace(target, old)
+                os.replace(tmp, target)
+                _remove(old)
+            else:
+                os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 @contextmanager
@@ -46,15 +48,68 @@ def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
     :func:`vitprune.atomic.atomic_directory`).
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Not mkstemp: its file is private (0600), and the result should get the umask's permissions like any other.
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with _writing(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            yield tmp
+            _follow_umask(tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def _remove(tree: Path) -> None:
+    """Delete a replaced directory, one its owner made read-only included (removing a file needs its directory
+    writable)."""
+    for directory in [tree, *(path for path in tree.rglob("*") if path.is_dir() and not path.is_symlink())]:
+        try:
+            directory.chmod(directory.stat().st_mode | 0o700)
+        except OSError:
+            pass  # not ours: rmtree leaves what it cannot remove
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+@contextmanager
+def _writing(target: Path) -> Iterator[None]:
+    """Turn an OS error while writing ``target`` (permissions, a full disk) into one line naming it."""
     try:
-        yield tmp
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        yield
+    except OSError as exc:
+        raise VitpruneError(f"could not write {target}: {exc.strerror or exc}") from None
+
+
+def check_writable(target: str | os.PathLike, *, inside: bool = False) -> None:
+    """Refuse in one line, before any work, a ``target`` this process cannot create or replace; with ``inside``
+    (a run directory written into), one it cannot write into where it already exists."""
+    target = Path(target)
+    where = target if inside and target.is_dir() else target.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise VitpruneError(f"cannot write {target}: {where} is not a directory")
+    try:  # a file made and removed: what permissions, ACLs and read-only mounts allow, as the write will find it
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as exc:
+        raise VitpruneError(f"cannot write {target}: {where} is not writable ({exc.strerror or exc})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
+
+
+def _follow_umask(path: Path) -> None:
+    """Give ``path`` (and, for a directory, everything under it) the permissions a plain ``mkdir`` or ``open`` would
+    under the umask: ``mkdtemp`` makes directories private (0700) and safetensors its files (0600), so a model saved
+    for others to use would otherwise be readable by its writer alone."""
+    mask = _umask()
+    paths = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for item in paths:
+        item.chmod((0o777 if item.is_dir() else 0o666) & ~mask)
 
 
 def write_json(target: str | os.PathLike, data: Any) -> Path:

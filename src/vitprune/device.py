@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from vitprune.errors import VitpruneError
+
+if TYPE_CHECKING:
+    import torch
 
 
 #: The device string that means CUDA where it is available, else the CPU.
@@ -14,6 +17,8 @@ AUTO = "auto"
 def resolve_device(device: str | torch.device) -> torch.device:
     """``device`` as a ``torch.device`` (``"auto"``: CUDA if available, else CPU); a clear error for unknown devices
     and for CUDA on a machine without it."""
+    import torch  # here, not at the top: the command line reads AUTO without importing torch
+
     if device == AUTO:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:

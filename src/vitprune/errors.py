@@ -24,6 +24,11 @@ class RecipeError(VitpruneError):
     """A saved model's recipe or weights are missing, corrupt or inconsistent."""
 
 
+class VitpruneWarning(UserWarning):
+    """Something the user may want to fix that does not stop the work (a class with no images in one split); the CLI
+    prints it as one ``warning:`` line."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (at most 200 characters), for a one-line error about it."""
     text = str(exc).strip().splitlines()

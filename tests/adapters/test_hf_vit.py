@@ -82,7 +82,8 @@ def test_what_a_transformers_config_cannot_describe_is_refused(tmp_path):
     prune_heads(uneven, 0, [0, 1])
     prune_depth(shallow, activation=[1])
     for model, why in [(uneven, r"layers of different widths \(\(heads, head dim, FFN\) \(2, 16, 256\), "
-                                r"\(4, 16, 256\)\)"),
+                                r"\(4, 16, 256\); VBP, width pruning and HiAP rank across layers and leave each its "
+                                r"own width\)"),
                        (shallow, r"layers without attention or activation, or that prune tokens \(depth or token "
                                  r"pruning\)")]:
         with pytest.raises(VitpruneError, match=f"^transformers cannot describe {why} in a config: save the model "

@@ -24,6 +24,7 @@ def _outputs(directory, name: str) -> dict:
     return json.loads((directory / f"{name}.json").read_text())
 
 
+@pytest.mark.slow
 def test_gradient_disparity_writes_json_and_plot(capsys, tmp_path, small_saved):
     out = tmp_path / "gd"
     code, stdout, _ = run(capsys, "analyze", "gradient-disparity", str(small_saved), "--data", "digits",
@@ -42,6 +43,7 @@ def test_gradient_disparity_writes_json_and_plot(capsys, tmp_path, small_saved):
     assert _outputs(out, "gradient_disparity")["max_batches"] == 1  # replaced, with no stray temporary files
 
 
+@pytest.mark.slow
 def test_recovery_writes_json_and_plot(capsys, tmp_path, small_saved):
     out = tmp_path / "rec"
     code, stdout, _ = run(capsys, "analyze", "recovery", str(small_saved), "--data", "digits", "--out", str(out),

@@ -15,6 +15,7 @@ pytest.importorskip("torch_pruning")
 OPTIONS = ("--data", "digits", "--no-pretrained", "--repeats", "3", "--speed-batch", "2")
 
 
+@pytest.mark.slow
 def test_chain_file_runs_and_reports_every_step(capsys, tmp_path, monkeypatch):
     from vitprune.cli.app import console
 
@@ -66,8 +67,9 @@ def test_hetdpt_plus_mistakes_are_one_line(capsys, tmp_path):
     base = ("prune", "hetdpt+", "digits-vit", "--out", str(tmp_path / "run"), "--json", *OPTIONS)
     code, _, err = run(capsys, *base, "--budget", "30", "--macs", "0.01")
     assert_one_line_error(code, err, r"step 1 \(hetdpt\): budget 30 is out of range")
-    # The corrected command resumes the failed run's directory: no step of it had finished.
-    code, _, err = run(capsys, *base, "--budget", "4", "--split", "1,1", "--macs", "0.01", "--resume")
+    # The failed run made nothing, so it left no directory: the corrected command needs no --resume.
+    assert not (tmp_path / "run").exists()
+    code, _, err = run(capsys, *base, "--budget", "4", "--split", "1,1", "--macs", "0.01")
     assert_one_line_error(code, err, r"step 1 \(hetdpt\): split 1,1 removes 2 layers, not the budget of 4")
 
 
@@ -86,3 +88,38 @@ def test_hetdpt_plus_runs_depth_and_its_recovery_then_width_then_one_fine_tune(c
     assert 0.97 * target <= report["pruned"]["macs_full"] <= target
     assert report["steps"][3]["summary"]["distill"] == "soft"  # the digits preset's self-distillation
     assert report["consistency"]["ok"] and report["consistency"]["onnx_max_diff"] <= 1e-4
+
+
+def test_a_failed_consistency_check_exits_non_zero_and_keeps_the_report(capsys, tmp_path, monkeypatch):
+    """The report says INCONSISTENT and the exit status says so too; what was made stays for inspection."""
+    import vitprune.methods.chain as chain
+    from vitprune.consistency import Consistency
+
+    def drifting(model, **_kwargs):
+        return Consistency(macs_counted=10, macs_padding=0, macs_flop_counter=10, round_trip_max_diff=0.5,
+                           architecture_rebuilt=True, onnx_max_diff=None, onnx_skipped="not asked for")
+
+    monkeypatch.setattr(chain, "check_consistency", drifting)
+    steps = tmp_path / "chain.json"
+    steps.write_text(json.dumps([{"method": "depth", "attention": [0]}]))
+    code, stdout, err = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
+                            "--no-onnx", "--no-speed", "--json", *OPTIONS)
+    assert_one_line_error(code, err, r"the final model failed its consistency check \(save/load changes the outputs "
+                                     r"by up to 5\.0e-01\); the model and .*run/report\.json are kept for inspection")
+    assert json.loads(stdout)["consistency"]["ok"] is False
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["consistency"]["ok"] is False
+    assert vitprune.load(tmp_path / "run" / "model") is not None
+
+
+def test_a_chain_that_fails_before_making_anything_leaves_no_directory(capsys, tmp_path):
+    """The corrected command then runs without --resume."""
+    steps = tmp_path / "chain.json"
+    steps.write_text(json.dumps([{"method": "hetdpt", "budget": 30, "split": [15, 15]}]))
+    code, _, err = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
+                       "--no-onnx", "--no-speed", "--json", *OPTIONS)
+    assert_one_line_error(code, err, r"step 1 \(hetdpt\): budget 30 is out of range")
+    assert not (tmp_path / "run").exists()
+    steps.write_text(json.dumps([{"method": "depth", "attention": [0]}]))
+    code, _, err = run(capsys, "chain", "digits-vit", "--steps", str(steps), "--out", str(tmp_path / "run"),
+                       "--no-onnx", "--no-speed", "--json", *OPTIONS)
+    assert code == 0, err

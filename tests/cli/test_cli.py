@@ -161,6 +161,7 @@ def test_corrupt_save(capsys, tmp_path):
     assert_one_line_error(code, err, r"corrupt weights file")
 
 
+@pytest.mark.slow
 @pytest.mark.cli
 def test_console_script_exit_code_and_stderr(tmp_path):
     """The installed entry point, in a real process: one line on stderr, exit 2, nothing on stdout."""

@@ -22,6 +22,7 @@ from vitprune.methods.hiap import TRAIN_DEFAULTS, HiAPConfig
 from vitprune.methods.star.pipeline import STARConfig
 from vitprune.methods.vbp.pipeline import VBPConfig
 from vitprune.methods.width import WidthConfig
+from vitprune.models import create_model
 from vitprune.training import DistillConfig, TrainConfig
 
 COMMANDS = command_tree()
@@ -158,7 +159,7 @@ def test_hetdpt_plus_options_build_the_api_chain(capsys, received):
         finetune={**dataclasses.asdict(base.finetune), "distill": "hard", "alpha": base.alpha, "tau": base.tau},
         hetdpt={"epochs": 2, "probe_epochs": 1, "distill": "hard"},  # HetDPT's own Stage 2 recovers, as configured
         width={"importance": "taylor", "heads": 0.0, "head_dims": 0.5, "embed": True, "isomorphic": True,
-               "round_to": 4, "taylor_batches": WidthConfig().taylor_batches, "taylor_batch_size": 64})
+               "round_to": 4, "taylor_batches": WidthConfig().taylor_batches, "taylor_batch_size": 64, "seed": 0})
 
 
 def test_hetdpt_plus_needs_a_mac_target(capsys):
@@ -169,7 +170,8 @@ def test_hetdpt_plus_needs_a_mac_target(capsys):
 def test_finetune_options_build_the_api_configs(capsys, tmp_path, monkeypatch):
     calls = {}
     monkeypatch.setattr("vitprune.training.finetune_pruned", lambda *a, **k: calls.update(config=a[3], **k) or [])
-    monkeypatch.setattr("vitprune.models.original_model", lambda student: "the original")
+    original = create_model("digits-vit", depth=1)  # a teacher of the student's classes
+    monkeypatch.setattr("vitprune.models.original_model", lambda student: original)
     code, _, err = run(capsys, "finetune", "digits-vit", "--no-pretrained", "--data", "digits", "--out",
                        str(tmp_path / "ft"), "--epochs", "2", "--optimizer", "sgd", "--momentum", "0.8", "--mixup",
                        "0.2", "--cutmix", "0.5", "--no-amp", "--ema-decay", "0.99", "--clip-grad", "1",
@@ -178,7 +180,7 @@ def test_finetune_options_build_the_api_configs(capsys, tmp_path, monkeypatch):
     assert calls["config"] == TrainConfig(epochs=2, optimizer="sgd", momentum=0.8, mixup_alpha=0.2, cutmix_alpha=0.5,
                                           amp=False, ema_decay=0.99, clip_grad=1.0, min_lr=1e-6)
     assert (calls["teacher"], calls["distill"], calls["alpha"], calls["tau"]) == (
-        "the original", "soft", DistillConfig.alpha, 2.0)
+        original, "soft", DistillConfig.alpha, 2.0)
 
 
 def test_vbp_options_build_the_api_config(capsys, received):

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
+import math
+import re
+import sys
 
 import pytest
-from test_cli import assert_one_line_error, run
+from test_cli import CLASSES, assert_one_line_error, image_folder, run
 
 import vitprune
+from vitprune.cli.app import console, err_console
 from vitprune.data import DigitsDataset, build_loader
 from vitprune.surgery import prune_mlp_neurons
-from vitprune.training import evaluate
+from vitprune.training import evaluate, progress
 
 ARGS = ["--data", "digits", "--epochs", "1", "--batch-size", "64", "--lr", "1e-3"]
 
@@ -39,6 +44,29 @@ def test_finetune_writes_a_complete_run(capsys, tmp_path, small_saved):
     assert_one_line_error(code, err, r"settings differ from the checkpoint's \(epochs\)")
 
 
+def test_a_log_shows_each_epoch_as_it_ends(capsys, tmp_path, monkeypatch):
+    """stdout and stderr into one file, as under CI or nohup: each epoch's progress line and then its result come as
+    the epoch ends, in order, rather than the results at exit."""
+    model = vitprune.save(vitprune.create_model("digits-vit", depth=1, num_classes=len(CLASSES)), tmp_path / "model")
+    log = io.StringIO()
+    for stream in ("stdout", "stderr"):
+        monkeypatch.setattr(sys, stream, log)
+    monkeypatch.setattr(err_console, "is_interactive", False)  # were pytest's stderr a terminal
+    monkeypatch.setattr(console, "width", 200)  # the saved line's path, unwrapped
+    monkeypatch.setattr(progress, "LINE_INTERVAL", math.inf)  # no lines on the clock, however slow the machine
+    code, _, _ = run(capsys, "finetune", str(model), "--data", str(image_folder(tmp_path / "images")), "--epochs", "2",
+                     "--batch-size", "6", "--out", str(tmp_path / "run"))
+    assert code == 0
+    lines = [line for line in log.getvalue().splitlines() if line.startswith(("epoch", "saved"))]
+    patterns = [r"epoch 1/2 3/6 loss \d\.\d{3}  acc \d\.\d{3}  \d+ img/s \d:\d\d:\d\d",
+                r"epoch 1: train loss \d\.\d{4}, val top-1 \d+\.\d\d% \(\d+ img/s\)",
+                r"epoch 2/2 6/6 loss \d\.\d{3}  acc \d\.\d{3}  \d+ img/s \d:\d\d:\d\d",
+                r"epoch 2: train loss \d\.\d{4}, val top-1 \d+\.\d\d% \(\d+ img/s\)",
+                r"saved the fine-tuned model to \S+ \(starting checkpoint: \S+\)"]
+    assert len(lines) == len(patterns) and all(re.fullmatch(p, line) for p, line in zip(patterns, lines)), lines
+
+
+@pytest.mark.slow
 def test_finetune_with_mixup_and_cutmix(capsys, tmp_path, small_saved):
     code, out, _ = run(capsys, "finetune", str(small_saved), *ARGS, "--mixup", "0.8", "--cutmix", "1.0",
                        "--label-smoothing", "0.1", "--out", str(tmp_path / "run"), "--json")
@@ -69,3 +97,19 @@ def test_pruned_digits_recovers_with_self_distillation(capsys, tmp_path, trained
     final = vitprune.load(tmp_path / "run" / "model")
     assert evaluate(final, val)["top1"] == recovered
     assert [e.op for e in vitprune.get_recipe(final).edits] == ["prune_mlp_neurons"] * 12
+
+
+@pytest.mark.slow
+def test_a_resumed_run_reports_every_epoch(capsys, tmp_path, small_saved, monkeypatch):
+    """The summary (and the saved model's metadata) lists the epochs trained before the interrupt too."""
+    from interrupts import Batches
+
+    argv = ["finetune", str(small_saved), "--data", "digits", "--epochs", "2", "--batch-size", "256", "--lr", "1e-3",
+            "--out", str(tmp_path / "run"), "--json"]
+    with monkeypatch.context() as patch:
+        Batches(patch, stop=7)  # the second of epoch 2's six batches
+        code, _, _ = run(capsys, *argv)
+    assert code == 130
+    code, out, err = run(capsys, *argv, "--resume")
+    assert code == 0, err
+    assert [e["epoch"] for e in json.loads(out)["epochs"]] == [1, 2]

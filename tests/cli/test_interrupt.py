@@ -37,7 +37,7 @@ def test_sigint_on_finetune_exits_130_and_the_printed_command_finishes_the_run(t
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == INTERRUPTED, stderr
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith(f"interrupted: the finished stages and the last checkpoint are in {out}; continue with: ")
+    assert last.startswith(f"interrupted: {out} holds checkpoint/")
     again = shlex.split(last.split("continue with: ", 1)[1])
     assert again == ["vitprune", *args, "--resume"]
     assert not (out / "model").exists()  # nothing looks finished
@@ -52,3 +52,21 @@ def test_an_interrupted_command_without_resume_says_interrupted(capsys):
         _interrupted(["profile", "deit_tiny_patch16_224"])
     assert exit_info.value.code == INTERRUPTED
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+@pytest.mark.parametrize("wrote, left, added", [
+    (False, "nothing was written to {out} yet", []),
+    (True, "{out} holds checkpoint/, metrics.jsonl", ["--resume"]),
+], ids=["nothing-written", "checkpoint"])
+def test_an_interrupted_run_names_what_its_out_holds(tmp_path, capsys, wrote, left, added):
+    """A run stopped before it wrote anything is started again as it was; one that wrote something is resumed."""
+    out = tmp_path / "run"
+    if wrote:
+        (out / "checkpoint").mkdir(parents=True)
+        (out / "metrics.jsonl").write_text("")
+    args = ["finetune", "model", "--data", "digits", "--out", str(out)]
+    with pytest.raises(SystemExit) as exit_info:
+        _interrupted(args)
+    assert exit_info.value.code == INTERRUPTED
+    again = shlex.join(["vitprune", *args, *added])
+    assert capsys.readouterr().err.strip() == f"interrupted: {left.format(out=out)}; continue with: {again}"

@@ -8,7 +8,7 @@ from enum import Enum
 import pytest
 from test_help import command_tree
 
-from vitprune.cli.options import DATA_GROUP, MODEL_GROUP, SPEED_GROUP
+from vitprune.cli.options import CLASSES_GROUP, DATA_GROUP, MODEL_GROUP, SPEED_GROUP
 from vitprune.measure import SpeedConfig
 from vitprune.methods.chain import Step, check_chain
 
@@ -27,6 +27,9 @@ GROUPS = {
               {("bench",): {"--speed"}}),  # bench is the measurement: there is nothing to switch off
     "data": (DATA_GROUP, {path for path, command in COMMANDS.items()
                           if any("--data" in param.opts for param in command.params)}, {}),
+    # The command that trains a new head: the others read a head as it is (a new one would make every pruning
+    # choice before it learned anything), and point at finetune.
+    "classes": (CLASSES_GROUP, {("finetune",)}, {}),
 }
 
 
@@ -47,7 +50,7 @@ def test_every_command_has_exactly_its_groups(path):
         assert have & set(group) == expected, f"{' '.join(path)}: {name} group"
 
 
-@pytest.mark.parametrize("option", [*MODEL_GROUP, *SPEED_GROUP, *DATA_GROUP])
+@pytest.mark.parametrize("option", [*MODEL_GROUP, *SPEED_GROUP, *DATA_GROUP, *CLASSES_GROUP])
 def test_a_group_option_has_one_definition(option):
     forms = {(repr(p.default), p.help, tuple(p.secondary_opts))
              for command in COMMANDS.values() if (p := _options(command).get(option)) is not None}

@@ -95,3 +95,33 @@ def test_a_zero_dense_accuracy_prints_a_dash_for_the_share(monkeypatch):
                                             ({"dense": 0.5, "pruned": 0.25}, {"pruned": 0.5})])
 def test_retention_is_none_where_it_cannot_be_computed(top1, expected):
     assert retention(top1) == expected
+
+
+def _timing(other_load: float | None, threads: int, cpu_count: int = 2) -> dict:
+    context = {"device": "cpu", "device_name": "CPU", "dtype": "float32", "batch_size": 4, "threads": threads,
+               "cpu_count": cpu_count, "torch": "2", "repeats": 3}
+    return {"median_ms": 2.0, "q1_ms": 1.9, "q3_ms": 2.1, "throughput": 2000.0, "other_load": other_load,
+            "context": context, "repeats": 3, "warmup": 1}
+
+
+@pytest.mark.parametrize("other_load, threads, cpu_count, busy", [
+    (0.0, 2, 2, False), (0.05, 2, 2, False),   # a quiet machine's background: 0.1 core
+    (0.06, 2, 2, True), (0.69, 2, 2, True),    # the user's 0.69: 1.4 cores wanted the ones the timing ran on
+    (0.3, 1, 2, False), (0.6, 1, 2, True),     # one thread leaves a core idle for the others, up to a core
+    (None, 2, 2, False),                       # no /proc/stat: unknown, not flagged
+])
+def test_a_busy_machine_is_named_next_to_the_figure(capsys, monkeypatch, other_load, threads, cpu_count, busy):
+    from vitprune.measure import busy_note
+
+    monkeypatch.setattr(console, "width", 300)
+    timing = _timing(other_load, threads, cpu_count)
+    assert bool(busy_note(timing)) == busy
+    render.render_comparison("pruned", "dense", {**_speed(), "a": timing, "b": timing, "speedup_min": 1.0,
+                                                  "speedup_max": 1.4})
+    render._render_gains("m", "VBP", "50.0%", type("R", (), {**_gains({"dense": 0.5}), "speed": {
+        **_speed(), "a": timing, "b": timing}})())
+    out = capsys.readouterr().out
+    assert out.count("busy machine: other processes kept") == (2 if busy else 0)
+    if busy:
+        assert f"{other_load * cpu_count:.1f} of {cpu_count} cores busy while this ran {threads} threads; not to be " \
+               "trusted" in out

@@ -92,11 +92,26 @@ def test_methods_a_family_cannot_take_are_one_line(capsys, tmp_path, folder, sav
     assert not (tmp_path / "x").exists()
 
 
-def test_convnext_width_pruning_is_one_line(capsys, tmp_path, saved):
+def test_convnext_width_pruning_takes_ffn_neurons_alone(capsys, tmp_path, saved):
+    """Heads and stream channels are refused in one line that says how to do without them; without them, width
+    pruning cuts FFN neurons and the result passes the consistency check."""
+    from vitprune.consistency import check_consistency
+
     code, _, err = run(capsys, "prune", "width", saved("convnext"), "--ratio", "0.3", "--no-speed", "--out",
                        str(tmp_path / "x"))
-    assert_one_line_error(code, err, "width pruning needs to prune heads and head dimensions")
+    assert_one_line_error(code, err, r"width pruning needs to prune heads and head dimensions and prune embedding "
+                                     r"channels, which vitprune cannot do on timm-convnext models; --heads 0 "
+                                     r"--head-dims 0 .* keeps every head whole; --no-embed .* keeps the residual "
+                                     r"stream whole$")
     assert not (tmp_path / "x").exists()
+    code, stdout, err = run(capsys, "prune", "width", saved("convnext"), "--ratio", "0.3", "--heads", "0",
+                            "--head-dims", "0", "--no-embed", "--no-speed", "--json", "--out", str(tmp_path / "x"))
+    assert code == 0 and err == ""  # nor torch-pruning's warning about the layer scales
+    loaded = vitprune.load(tmp_path / "x")
+    assert {e.op for e in vitprune.get_recipe(loaded).edits} == {"prune_mlp_neurons"}
+    report = json.loads(stdout)
+    assert report["after"]["macs_full"] == count_macs(loaded).macs < report["before"]["macs_full"]
+    assert check_consistency(loaded, onnx=False).ok
 
 
 def test_prune_depth_removes_convnext_activations(capsys, tmp_path):
@@ -142,5 +157,5 @@ def test_swin_width_pruning_keeps_the_stage_widths(capsys, tmp_path, saved):
     code, _, err = run(capsys, "prune", "width", saved("swin"), "--ratio", "0.3", "--embed", "--no-speed", "--out",
                        str(tmp_path / "x"))
     assert_one_line_error(code, err, "width pruning needs to prune embedding channels, which vitprune cannot do on "
-                                     "timm-swin models")
+                                     "timm-swin models; --no-embed")
     assert not (tmp_path / "x").exists()

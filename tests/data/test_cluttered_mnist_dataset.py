@@ -36,6 +36,7 @@ def _canvas(image: torch.Tensor) -> np.ndarray:
     return (image[0] * cm.CLUTTERED_MNIST_STD + cm.CLUTTERED_MNIST_MEAN).numpy()
 
 
+@pytest.mark.slow
 def test_source_digits_are_real_mnist():
     images, labels = load_mnist_digits()
     assert images.shape == (5000, 28, 28) and images.dtype == np.float32

@@ -22,8 +22,10 @@ from vitprune.data import (
     augmented,
     build_dataset,
     build_loader,
+    dataset_classes,
+    image_folder_classes,
 )
-from vitprune.errors import VitpruneError
+from vitprune.errors import VitpruneError, VitpruneWarning
 
 RGB = (3, 32, 32)
 
@@ -174,13 +176,103 @@ def test_image_folder_honours_a_data_config(split_folder):
     torch.testing.assert_close(cat, torch.tensor([1.0, -1.0, -1.0])[:, None, None].expand(RGB))
 
 
-def test_image_folder_without_split_subfolders(tmp_path):
-    _write_images(tmp_path / "a", [(10, 20, 30)] * 2)
-    _write_images(tmp_path / "b", [(40, 50, 60)])
-    for split in ("train", "val"):
-        ds = build_dataset(str(tmp_path), split, input_size=RGB)
-        assert len(ds) == 3
-    assert build_dataset(str(tmp_path), "train", input_size=(3, 16, 16))[0][0].shape == (3, 16, 16)
+def _labels(dataset):
+    return [label for _, label in dataset]
+
+
+def test_an_empty_class_in_one_split_shifts_no_label(split_folder):
+    """Issue 38: with train/cat/ empty, timm labelled train {dog: 0}, val {cat: 0, dog: 1}."""
+    for image in (split_folder / "train" / "cat").iterdir():
+        image.unlink()
+    with pytest.warns(VitpruneWarning, match=f"^the train split of {re.escape(str(split_folder))} has no images of "
+                                             "class cat$"):
+        train = build_dataset(str(split_folder), "train", input_size=RGB)
+    val = build_dataset(str(split_folder), "val", input_size=RGB)
+    assert image_folder_classes(split_folder) == dataset_classes(train) == dataset_classes(val) == ["cat", "dog"]
+    assert train.reader.class_to_idx == val.reader.class_to_idx == {"cat": 0, "dog": 1}
+    assert _labels(train) == [1, 1] and _labels(val) == [0, 1]
+
+
+def test_classes_are_the_union_of_the_splits_in_natural_order(tmp_path):
+    _write_images(tmp_path / "train" / "c10", [(0, 0, 0)])
+    _write_images(tmp_path / "train" / "c2", [(0, 0, 0)])
+    _write_images(tmp_path / "val" / "c1", [(0, 0, 0)])
+    (tmp_path / "val" / ".ipynb_checkpoints").mkdir()
+    assert image_folder_classes(tmp_path) == ["c1", "c2", "c10"]
+    with pytest.warns(VitpruneWarning, match="has no images of classes c2, c10$"):
+        assert _labels(build_dataset(str(tmp_path), "val", input_size=RGB)) == [0]
+
+
+def test_given_classes_fix_the_labels(split_folder):
+    """A model's classes label the folder (here one its head knew as its third class), and a folder of a class it
+    does not know is refused."""
+    with pytest.warns(VitpruneWarning, match="has no images of class bird$"):
+        val = build_dataset(str(split_folder), "val", input_size=RGB, classes=["bird", "cat", "dog"])
+    assert dataset_classes(val) == ["bird", "cat", "dog"] and _labels(val) == [1, 2]
+    with pytest.raises(VitpruneError, match=r"has class folders that are not among the model's classes \(bird, "
+                                            r"cat\): dog$"):
+        build_dataset(str(split_folder), "val", input_size=RGB, classes=["bird", "cat"])
+
+
+def test_named_datasets_name_their_classes():
+    digits = build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE)
+    assert dataset_classes(digits) == [str(c) for c in range(10)] == dataset_classes(Subset(digits, [0]))
+    with pytest.raises(VitpruneError, match=r"^digits's classes \(0, 1, 2, 3, 4, 5, 6, 7, \.\.\. \(10 in all\)\) "
+                                            r"are not the model's \(cat, dog\)$"):
+        build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE, classes=["cat", "dog"])
+    with pytest.raises(VitpruneError, match="^--val-split splits a flat image folder; digits has its own"):
+        build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE, val_split=0.2)
+
+
+@pytest.fixture
+def flat_folder(tmp_path):
+    """Issue 38's flat folder: 6 images in each of three class folders, no train/ and val/."""
+    for c, name in enumerate(("a", "b", "c")):
+        _write_images(tmp_path / "flat" / name, [(40 * c, 0, 40 * i) for i in range(6)])
+    return tmp_path / "flat"
+
+
+def test_a_flat_folder_is_refused_naming_the_layout(flat_folder):
+    """Issue 38: timm read a flat folder for both splits, so a model validated on its 18 training images."""
+    folder = re.escape(str(flat_folder))
+    with pytest.raises(VitpruneError, match=f"^{folder} has no train/ and val/ folders: an image folder needs "
+                                            f"{folder}/train/<class>/<images> and {folder}/val/<class>/<images>, or "
+                                            "pass --val-split F to hold out a fraction F of its images for "
+                                            "validation$"):
+        build_dataset(str(flat_folder), "val", input_size=RGB)
+
+
+def test_val_split_holds_out_the_same_images_every_time(flat_folder):
+    train, val = (build_dataset(str(flat_folder), split, input_size=(3, 16, 16), val_split=0.25)
+                  for split in ("train", "val"))
+    # Of each class's 6 images, round(0.25 · 6) = 2 drawn with seed 0 validate; each split keeps the folder's order.
+    assert val.indices == [2, 5, 6, 9, 14, 17]
+    assert train.indices == [i for i in range(18) if i not in val.indices]
+    assert dataset_classes(train) == dataset_classes(val) == ["a", "b", "c"]
+    assert _labels(val) == [0, 0, 1, 1, 2, 2] and val[0][0].shape == (3, 16, 16)
+    assert build_dataset(str(flat_folder), "val", input_size=RGB, val_split=0.25).indices == val.indices
+    assert build_dataset(str(flat_folder), "val", input_size=RGB, val_split=0.25,
+                         split_seed=1).indices == [1, 5, 7, 8, 14, 17]
+    assert augmented(train, {"re_prob": 0.25}).indices == train.indices
+
+
+@pytest.mark.parametrize("fraction, message", [
+    (1.0, "^--val-split is the fraction of the images that validate, between 0 and 1; got 1$"),
+    (0.01, "^--val-split 0.01 of 18 images leaves none to validate on$"),
+    (0.99, "^--val-split 0.99 of 18 images leaves none to train on$"),
+])
+def test_val_split_refusals(flat_folder, fraction, message):
+    with pytest.raises(VitpruneError, match=message):
+        build_dataset(str(flat_folder), "train", input_size=RGB, val_split=fraction)
+
+
+def test_val_split_of_a_split_folder_and_a_missing_split_are_refused(split_folder, tmp_path):
+    with pytest.raises(VitpruneError, match=r"but .*pets has split folders \(train/, val/\); leave --val-split out$"):
+        build_dataset(str(split_folder), "train", input_size=RGB, val_split=0.5)
+    _write_images(tmp_path / "only" / "training" / "cat", [(0, 0, 0)])
+    assert len(build_dataset(str(tmp_path / "only"), "train", input_size=RGB)) == 1  # timm's other name for train/
+    with pytest.raises(VitpruneError, match=r"only has no val/ folder: an image folder needs .*only/train/<class>/"):
+        build_dataset(str(tmp_path / "only"), "val", input_size=RGB)
 
 
 def test_grayscale_image_folder(tmp_path):
@@ -251,9 +343,9 @@ def test_bad_augmentation_requests(split_folder):
 
 
 def test_image_folder_without_images(tmp_path):
-    (tmp_path / "empty" / "cat").mkdir(parents=True)
+    (tmp_path / "empty" / "train" / "cat").mkdir(parents=True)
     folder = str(tmp_path / "empty")
-    with pytest.raises(VitpruneError, match=f"^no images found under data path {re.escape(folder)} "):
+    with pytest.raises(VitpruneError, match=f"^no images found in the train split of data path {re.escape(folder)} "):
         build_dataset(folder, "train", input_size=RGB)
 
 

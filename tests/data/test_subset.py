@@ -71,9 +71,9 @@ def test_labels_are_read_without_loading_images(tmp_path):
     assert _counts(balanced_subset(inner, 2, seed=0), [labels[i] for i in inner.indices]) == Counter({0: 1, 1: 1})
     # timm's image folder keeps (path, label) pairs in its reader.
     for name, count in (("cat", 3), ("dog", 1)):
-        (tmp_path / name).mkdir()
+        (tmp_path / "train" / name).mkdir(parents=True)
         for i in range(count):
-            Image.new("RGB", (8, 8)).save(tmp_path / name / f"{i}.png")
+            Image.new("RGB", (8, 8)).save(tmp_path / "train" / name / f"{i}.png")
     folder = build_dataset(str(tmp_path), "train", input_size=(3, 8, 8))
     assert sorted(folder.reader[i][1] for i in balanced_subset(folder, 2, seed=0).indices) == [0, 1]
 

@@ -81,6 +81,7 @@ def test_steps_apply_in_order_and_equal_the_methods_run_by_hand(setting, tmp_pat
     assert [b.tokens for b in count_macs(final).blocks] == [65, 65, 65, 46]
 
 
+@pytest.mark.slow
 def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_path, monkeypatch):
     from vitprune.methods import chain as chain_module
 
@@ -110,6 +111,7 @@ def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_pat
         _run(setting, steps, tmp_path)
 
 
+@pytest.mark.slow
 def test_hetdpt_plus_recovers_the_depth_pruned_model_before_width_pruning_ranks_it(setting, tmp_path):
     """The paper's order: HetDPT's two stages (prune, Stage-2 fine-tune with fc1/fc2 apart, merge), then width
     pruning of that recovered model to the target, then the width recovery fine-tune."""
@@ -134,6 +136,7 @@ def test_hetdpt_plus_recovers_the_depth_pruned_model_before_width_pruning_ranks_
     assert report.consistency["ok"]
 
 
+@pytest.mark.slow
 def test_hetdpt_step_reuses_an_earlier_predictor(setting, tmp_path):
     """A chain's HetDPT step can take the MAP an earlier run fitted: the split is the one that fit predicts and no
     predictor data is collected again."""

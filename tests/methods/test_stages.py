@@ -1,10 +1,19 @@
-"""The pipelines' shared stages: a stage's value cached in the run directory for resuming."""
+"""The pipelines' shared stages: a stage's value cached in the run directory for resuming, recovery's best epoch."""
 
 from __future__ import annotations
 
 import json
 
-from vitprune.methods.stages import cached
+import pytest
+import torch
+from interrupts import Batches
+from torch.utils.data import Subset
+
+import vitprune
+from vitprune.data import DigitsDataset, build_loader
+from vitprune.methods.stages import Stages, cached, recover
+from vitprune.training import TrainConfig
+from vitprune.training.engine import METRICS_FILE
 
 
 def test_cached_computes_writes_reads_back_and_recomputes_a_stale_file(tmp_path):
@@ -24,3 +33,45 @@ def test_cached_computes_writes_reads_back_and_recomputes_a_stale_file(tmp_path)
     assert run(resume=False) == {"value": 2}  # without resume the file is not looked at
     assert run(resume=True, read=lambda: None) == {"value": 3}  # read found it stale: recomputed, overwritten
     assert json.loads(path.read_text()) == {"value": 3} and len(computed) == 3
+
+
+def test_the_best_epoch_of_a_resumed_recovery_counts_the_epochs_before_the_interrupt(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=2)
+    train, val = Subset(DigitsDataset("train"), range(32)), Subset(DigitsDataset("val"), range(16))
+
+    def run(resume: bool) -> dict:
+        return recover(Stages(), model, model, train, build_loader(val, 16, shuffle=False, seed=0),
+                       TrainConfig(epochs=2, lr=1e-3, batch_size=16), val_set=val, distill="none", alpha=0.5, tau=1.0,
+                       run_dir=tmp_path, device=torch.device("cpu"), progress=False, resume=resume)
+
+    with monkeypatch.context() as patch:
+        Batches(patch, stop=3)  # epoch 2's second batch: epoch 1 is logged
+        with pytest.raises(KeyboardInterrupt):
+            run(resume=False)
+    log = tmp_path / METRICS_FILE
+    first = json.loads(log.read_text())
+    log.write_text(json.dumps({**first, "val_top1": 1.0}) + "\n")  # marked the best, as no real epoch here is
+    assert run(resume=True)["finetune_best"] == 1.0
+
+
+def test_a_resumed_run_must_start_from_the_same_weights(tmp_path):
+    """Stage files are computed from the starting weights: another seed's random model may not resume them."""
+    from vitprune.errors import VitpruneError
+    from vitprune.methods.stages import START_FILE, prepare_run_dir, weights_fingerprint
+
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=1)
+    run_dir = prepare_run_dir(tmp_path / "run", resume=False, start=model, seed=3)
+    assert json.loads((run_dir / START_FILE).read_text()) == {"weights": weights_fingerprint(model), "seed": 3}
+    (run_dir / "stage.json").write_text("{}")
+    assert prepare_run_dir(run_dir, resume=True, start=model, seed=3) == run_dir
+    with pytest.raises(VitpruneError, match=r"cannot resume .*run: it ran with --seed 3, not 4$"):
+        prepare_run_dir(run_dir, resume=True, start=model, seed=4)
+    torch.manual_seed(1)
+    other = vitprune.create_model("digits-vit", depth=1)
+    with pytest.raises(VitpruneError, match=r"cannot resume .*run: it started from other weights \(another MODEL, "
+                                            r"--checkpoint or --seed\)"):
+        prepare_run_dir(run_dir, resume=True, start=other, seed=3)
+    with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
+        prepare_run_dir(run_dir, resume=False, start=model)

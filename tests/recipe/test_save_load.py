@@ -59,13 +59,14 @@ def test_fresh_process_reproduces_outputs_exactly(tmp_path, name, kwargs):
     torch.save(x, tmp_path / "x.pt")
     script = textwrap.dedent(f"""
         import pickle, torch, vitprune
+        load = vitprune.load  # the API's modules load here, before pickle goes: torch's own subclass its Unpickler
         x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)
 
         def forbidden(*args, **kwargs):
             raise AssertionError("loading a vitprune save must not unpickle anything")
 
         torch.load = pickle.load = pickle.loads = pickle.Unpickler = forbidden
-        model = vitprune.load({str(tmp_path / 'saved')!r})
+        model = load({str(tmp_path / 'saved')!r})
         with torch.no_grad():
             y = model(x)
         torch.save(y, {str(tmp_path / 'y.pt')!r})
@@ -111,6 +112,30 @@ def test_save_is_atomic_and_replaces(tmp_path, monkeypatch):
     vitprune.save(model, target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     assert vitprune.get_adapter(vitprune.load(target)).block(0).attn.num_heads == 1
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_save_follows_the_umask(tmp_path, umask):
+    """A save gets the permissions a plain mkdir and open would give: 0755 and 0644 under umask 022 (readable by
+    others), 0700 and 0600 under 077 (temporary directories and safetensors' files are private whatever the
+    umask)."""
+    previous = os.umask(umask)
+    try:
+        path = vitprune.save(vitprune.create_model("digits-vit", depth=1), tmp_path / "m")
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o777 & ~umask
+    assert {p.name: p.stat().st_mode & 0o777 for p in path.iterdir()} == {RECIPE_FILE: 0o666 & ~umask,
+                                                                          WEIGHTS_FILE: 0o666 & ~umask}
+
+
+def test_a_read_only_save_is_replaced_whole(tmp_path):
+    """Its owner made a save read-only: --overwrite replaces it and leaves no renamed copy behind."""
+    target = vitprune.save(vitprune.create_model("digits-vit", depth=1), tmp_path / "m")
+    target.chmod(0o555)
+    vitprune.save(vitprune.create_model("digits-vit", depth=2), target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert len(vitprune.get_adapter(vitprune.load(target)).blocks()) == 2
 
 
 def test_refuses_to_overwrite_a_non_save(tmp_path):

@@ -245,6 +245,7 @@ PAPER_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, attention, activation, params, linear_macs, full_macs", PAPER_ROWS,
                          ids=["deit_base_10", "deit_small_8"])
 def test_paper_table1_structure(name, attention, activation, params, linear_macs, full_macs):

@@ -316,9 +316,9 @@ def test_the_training_set_gets_the_runs_augmentation(tmp_path):
     from vitprune.data import build_dataset
 
     for label in ("a", "b"):
-        (tmp_path / label).mkdir()
+        (tmp_path / "train" / label).mkdir(parents=True)
         for i in range(4):
-            Image.new("L", (32, 32), 60 * i).save(tmp_path / label / f"{i}.png")
+            Image.new("L", (32, 32), 60 * i).save(tmp_path / "train" / label / f"{i}.png")
     model = _small_model()
     train = build_dataset(str(tmp_path), "train", input_size=vitprune.get_adapter(model).input_size)
     config = TrainConfig(epochs=1, batch_size=4, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25)

@@ -90,6 +90,13 @@ def test_learning_rates_follow_the_global_batch(name, batch):
     assert (moved.warmup_lr, moved.min_lr) == (train.warmup_lr, train.min_lr)
 
 
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_validates(name):
+    """Checked here rather than when the presets are defined, which would import torch and timm (for the
+    augmentation) wherever the presets are read: in the command line's --help."""
+    get_preset(name).train.validate()
+
+
 def test_a_preset_is_a_copy():
     get_preset("imagenet-star").train.epochs = 1
     assert get_preset("imagenet-star").train.epochs == 120

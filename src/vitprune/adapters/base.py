@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,6 +355,11 @@ class ViTAdapter(ABC):
         """The classification heads (two for distilled DeiT, none after ``reset_classifier(0)``)."""
 
     @abstractmethod
+    def set_num_classes(self, num_classes: int) -> None:
+        """Replace every classification head (:meth:`classifier_heads`, the distillation and token-labelling heads
+        too) by a new Linear reading the same features for ``num_classes`` classes."""
+
+    @abstractmethod
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
                       head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
         """Install new attention projections in block ``index`` with ``num_heads`` heads of ``head_dim``
@@ -467,15 +472,18 @@ class ViTAdapter(ABC):
         raise VitpruneError(f"vitprune writes {self.family} models only as its own save (recipe and weights) or as "
                             "ONNX")
 
-    def require(self, *needed: str, by: str) -> None:
-        """Refuse, in one line naming the family and what it lacks, a method ``by`` that needs ``needed``."""
+    def require(self, *needed: str, by: str, without: Mapping[str, str] = {}) -> None:
+        """Refuse, in one line naming the family and what it lacks, a method ``by`` that needs ``needed``;
+        ``without`` says, by capability, how the method runs without it (the line ends with those that apply)."""
         unknown = [name for name in needed if name not in CAPABILITIES]
         if unknown:
             raise ValueError(f"unknown capabilities {unknown} (known: {', '.join(CAPABILITIES)})")
-        missing = [CAPABILITIES[name] for name in needed if name not in self.capabilities]
-        if missing:
-            raise UnsupportedArchitectureError(f"{by} needs to {' and '.join(missing)}, which vitprune cannot do on "
-                                               f"{self.family} models")
+        lacking = [name for name in needed if name not in self.capabilities]
+        if lacking:
+            ways = [without[name] for name in lacking if name in without]
+            raise UnsupportedArchitectureError(
+                f"{by} needs to {' and '.join(CAPABILITIES[name] for name in lacking)}, which vitprune cannot do on "
+                f"{self.family} models" + "".join(f"; {way}" for way in ways))
 
     @property
     def num_patches(self) -> int:

@@ -362,6 +362,13 @@ class HFViTAdapter(ViTAdapter):
         heads = [hf.cls_classifier, hf.distillation_classifier] if self._teacher else [hf.classifier]
         return [h for h in heads if isinstance(h, nn.Linear)]
 
+    def set_num_classes(self, num_classes: int) -> None:
+        hf = self.model.hf
+        hf.config.num_labels = hf.num_labels = num_classes  # the config's labels follow, so a native save describes it
+        names = ("cls_classifier", "distillation_classifier") if self._teacher else ("classifier",)
+        for name in names:
+            setattr(hf, name, nn.Linear(self.embed_dim, num_classes))
+
     def _attention(self, index: int) -> nn.Module:
         attn, _ = unwrap(self._layers[index].attention)
         if attn is None:
@@ -601,7 +608,10 @@ def save_pretrained(model: HFImageClassifier, directory: str | os.PathLike, *, a
     shapes = sorted({(v.attn.num_heads, v.attn.head_dim, v.mlp.hidden_features) for v in views if v.attn is not None
                      and not v.mlp.merged})
     if len(shapes) > 1 or any(v.attn is not None and v.attn.value_dims is not None for v in views):
-        why.append(f"layers of different widths ((heads, head dim, FFN) {', '.join(map(str, shapes))})")
+        # VBP, width pruning and HiAP rank across layers, so their models land here; say so, lest a user look for
+        # a setting that would make the widths uniform.
+        why.append(f"layers of different widths ((heads, head dim, FFN) {', '.join(map(str, shapes))}; VBP, width "
+                   "pruning and HiAP rank across layers and leave each its own width)")
     if why:
         raise VitpruneError(f"transformers cannot describe {' or '.join(why)} in a config: save the model with "
                             "vitprune (recipe and weights) or export it to ONNX")

@@ -78,6 +78,9 @@ class TimmStagedAdapter(ViTAdapter):
         fc = getattr(self.model.head, "fc", None)
         return [fc] if isinstance(fc, nn.Linear) else []
 
+    def set_num_classes(self, num_classes: int) -> None:
+        self.model.reset_classifier(num_classes)
+
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
         name, block = self._block(index)
         set_mlp_linears(block.mlp, f"{name}.mlp", fc1, fc2)

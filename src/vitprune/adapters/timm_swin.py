@@ -17,7 +17,7 @@ widths (so HiAP does not gate value dimensions) are refused in one line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock, WindowAttention
@@ -98,9 +98,9 @@ class SwinAdapter(TimmStagedAdapter):
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, SwinTransformer)
 
-    def require(self, *needed: str, by: str) -> None:
+    def require(self, *needed: str, by: str, without: Mapping[str, str] = {}) -> None:
         try:
-            super().require(*needed, by=by)
+            super().require(*needed, by=by, without=without)
         except UnsupportedArchitectureError as exc:
             if not {"token_pruning", "lrp"} & set(needed):
                 raise

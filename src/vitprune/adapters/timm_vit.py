@@ -228,6 +228,9 @@ class TimmViTAdapter(ViTAdapter):
         heads = [self.model.head, getattr(self.model, "head_dist", None)]
         return [h for h in heads if isinstance(h, nn.Linear)]
 
+    def set_num_classes(self, num_classes: int) -> None:
+        self.model.reset_classifier(num_classes)  # distilled DeiT's and LV-ViT's replace their second heads too
+
     def _depth_block(self, index: int) -> DepthBlock:
         """Block ``index`` as a :class:`DepthBlock`, converting a timm ``Block`` in place."""
         block = self.model.blocks[index]

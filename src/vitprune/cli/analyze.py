@@ -12,7 +12,7 @@ from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT,
-    PRETRAINED_OPT, AttentionIdentity, check_target,
+    PRETRAINED_OPT, VAL_SPLIT_OPT, AttentionIdentity, check_target, load_data,
 )
 from vitprune.cli.render import percent
 from vitprune.errors import VitpruneError
@@ -40,6 +40,7 @@ def gradient_disparity_cmd(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     device: str = DEVICE_OPT,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
@@ -49,16 +50,14 @@ def gradient_disparity_cmd(
     Measured on the training split without augmentation, shuffled with seed 0, in eval mode.
     """
     _check_targets(out, "gradient_disparity", overwrite)
-    from vitprune.adapters import get_adapter
-    from vitprune.data import build_dataset, build_loader
+    from vitprune.data import build_loader
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt import gradient_disparity, plot_gradient_disparity
     from vitprune.models import resolve_model
 
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
-    adapter = get_adapter(net)
-    dataset = build_dataset(data, "train", input_size=adapter.input_size, root=data_root, download=download,
-                            is_training=False, data_config=adapter.data_config)
+    dataset = load_data(net, data, {"train": ("train", False)}, data_root=data_root, download=download,
+                        val_split=val_split, new_head=False)["train"]
     loader = build_loader(dataset, batch_size, shuffle=True, seed=0)
     result = gradient_disparity(net, loader, identity=identity.value, max_batches=batches, progress=not json_out)
     document = {"model": model, "data": data, "split": "train", "batch_size": batch_size, "max_batches": batches,
@@ -97,14 +96,13 @@ def recovery_cmd(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     device: str = DEVICE_OPT,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Top-1 after removing each single layer, right away and after a short fine-tune (HetDPT Fig. 5)."""
     _check_targets(out, "recovery", overwrite)
-    from vitprune.adapters import get_adapter
-    from vitprune.data import build_dataset
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt import plot_recovery, recovery_asymmetry
     from vitprune.models import resolve_model
@@ -114,10 +112,9 @@ def recovery_cmd(
     config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
     dev = resolve_device(device)
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(dev)
-    adapter = get_adapter(net)
-    train_set, val_set = (build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
-                                        data_config=adapter.data_config) for split in ("train", "val"))
-    result = recovery_asymmetry(net, train_set, val_set, config=config, layers=chosen, identity=identity.value,
+    sets = load_data(net, data, {"train": ("train", True), "val": ("val", False)}, data_root=data_root,
+                     download=download, val_split=val_split, new_head=False)
+    result = recovery_asymmetry(net, sets["train"], sets["val"], config=config, layers=chosen, identity=identity.value,
                                 device=dev, progress=not json_out)
     document = {"model": model, "data": data, **result}
     paths = _write(out, "recovery", document, plot_recovery)

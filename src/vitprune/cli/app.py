@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
 import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from vitprune.errors import VitpruneError
+from vitprune.errors import VitpruneError, VitpruneWarning
+from vitprune.version import __version__
 
 try:  # recent typer vendors its own click, whose usage errors are not click's classes
     from typer._click import ClickException as _ClickException
@@ -27,6 +31,21 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib import metadata  # torch's version from its metadata: importing torch would cost seconds
+
+        typer.echo(f"vitprune {__version__} (torch {metadata.version('torch')})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print vitprune's and torch's versions and exit.")) -> None:
+    """The options of ``vitprune`` itself, before a command."""
+
 
 #: Human-readable output; machine-readable JSON goes to stdout through :func:`print_json`.
 console = Console()
@@ -51,14 +70,19 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     # Under torchrun every process runs the command; one report, one table and one error line come from rank 0.
     console.quiet = err_console.quiet = _rank() > 0
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a log file (CI, nohup) then takes each line as it is written
+        sys.stdout.reconfigure(line_buffering=True)
+    shown, warnings.showwarning = warnings.showwarning, _warning_line(warnings.showwarning)
     try:
         # Typer turns Ctrl-C into exit code 130, which it returns (not raises) when not in standalone mode.
         if app(args=args, standalone_mode=False) == INTERRUPTED:
             _interrupted(args)
     except VitpruneError as exc:
-        # Escaped: a message may hold brackets (pip extras, index lists) that rich would take for markup.
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _error_line(str(exc))
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the file system refused what no check foresaw: permissions, a full disk
+        _error_line(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+        sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except _ClickException as exc:
@@ -68,7 +92,26 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         _interrupted(args)
     finally:
+        warnings.showwarning = shown
         _leave_process_group()
+
+
+def _error_line(message: str) -> None:
+    # Escaped: a message may hold brackets (pip extras, index lists) that rich would take for markup.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _warning_line(other):
+    """Python's ``showwarning`` that prints a :class:`VitpruneWarning` as one ``warning:`` line (as errors are printed)
+    and hands any other warning to ``other``."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, VitpruneWarning):
+            err_console.print(f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+        else:
+            other(message, category, filename, lineno, file, line)
+
+    return show
 
 
 def _leave_process_group() -> None:
@@ -92,12 +135,19 @@ INTERRUPTED = 130
 
 
 def _interrupted(args: list[str]) -> None:
-    """Say what an interrupted command left and the exact command that continues it; exit 130."""
+    """Say what an interrupted command left in its --out and the exact command that continues it; exit 130."""
     if _takes_resume(args) and "--out" in args[:-1]:
         out = args[args.index("--out") + 1]
-        again = shlex.join(["vitprune", *args, *([] if "--resume" in args else ["--resume"])])
-        err_console.print(f"interrupted: the finished stages and the last checkpoint are in {escape(out)}; continue "
-                          f"with: {escape(again)}", highlight=False, soft_wrap=True)
+        path = Path(out)
+        written = sorted(f"{p.name}/" if p.is_dir() else p.name for p in path.iterdir()) if path.is_dir() else []
+        if written:
+            left = f"{out} holds {', '.join(written)}"
+            again = shlex.join(["vitprune", *args, *([] if "--resume" in args else ["--resume"])])
+        else:  # nothing to continue: the same command starts afresh
+            left = f"nothing was written to {out} yet"
+            again = shlex.join(["vitprune", *args])
+        err_console.print(f"interrupted: {escape(left)}; continue with: {escape(again)}", highlight=False,
+                          soft_wrap=True)
     else:
         err_console.print("interrupted", highlight=False)
     sys.exit(INTERRUPTED)

@@ -11,13 +11,14 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
-    RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, distributed, speed_config,
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT,
+    REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, VAL_SPLIT_OPT, distributed, speed_config,
 )
+from vitprune.errors import VitpruneError
 from vitprune.cli.prune import PRESET_OPT, SPLIT_OPT, _load_inputs, _show, hetdpt_preset_for, prune_app
 from vitprune.measure import SpeedConfig
-from vitprune.methods.hetdpt.pipeline import HetDPTConfig, StageOverrides
-from vitprune.methods.width.pipeline import WidthConfig
+from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
+from vitprune.methods.width.config import WidthConfig
 
 #: The width settings HetDPT+ takes: all but a ratio (it prunes to a MAC target).
 _PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "head_dims", "embed", "isomorphic", "round_to",
@@ -38,6 +39,9 @@ def chain(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
+    seed: int = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights and of every step that "
+                                               "takes a seed and names none in the chain file."),
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -46,31 +50,39 @@ def chain(
 ) -> None:
     """Run a chain of methods (depth, hetdpt, width, vbp, star, hiap, finetune) in order; check and time the result."""
     from vitprune.cli.render import render_chain
-    from vitprune.methods.chain import load_chain
+    from vitprune.methods.chain import load_chain, seeded
 
-    run_chain_command(model, load_chain(steps), data=data, out=out, preset=preset, onnx=onnx, resume=resume,
-                      pretrained=pretrained, checkpoint=checkpoint, data_root=data_root, download=download,
+    run_chain_command(model, seeded(load_chain(steps), seed), data=data, out=out, preset=preset, onnx=onnx,
+                      resume=resume, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
+                      download=download, val_split=val_split, seed=seed,
                       speed=speed_config(speed, speed_batch, repeats), device=device, json_out=json_out,
                       render=render_chain)
 
 
 def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: Optional[str], onnx: bool,
                       resume: bool, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                      download: bool, speed: SpeedConfig, device: str, json_out: bool, render) -> None:
-    """Load MODEL and --data (with the calibration images VBP and STAR steps use), run ``steps`` into --out and show
-    the report through ``render``."""
+                      download: bool, val_split: Optional[float], seed: int,
+                      speed: SpeedConfig, device: str, json_out: bool, render) -> None:
+    """Load MODEL (random weights drawn under ``seed``) and --data (with the calibration images VBP and STAR steps
+    use), run ``steps`` into --out and show the report through ``render``."""
+    from vitprune.consistency import failed_checks
     from vitprune.methods.chain import check_chain, run_chain
 
     preset = hetdpt_preset_for(preset, data)
     check_chain(steps, preset)  # before the data loads
     ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, calibration=True)
+                               download=download, val_split=val_split, seed=seed,
+                               calibration=True)
     report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
                        device=ctx.device, progress=not json_out and ctx.is_main, resume=resume,
                        log=(lambda _m: None) if json_out else err_console.print,
                        preset=preset, speed=speed, onnx=onnx, dist=ctx)
     _show(model, report, render, json_out)
+    if not report.consistency["ok"]:
+        failed = ", ".join(failed_checks(report.consistency))
+        raise VitpruneError(f"the final model failed its consistency check ({failed}); the model and "
+                            f"{out / 'report.json'} are kept for inspection")
 
 
 @prune_app.command("hetdpt+")
@@ -92,6 +104,7 @@ def hetdpt_plus(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -113,11 +126,12 @@ def hetdpt_plus(
     finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
                 "tau": settings.tau}
     hetdpt = {**stages, **config}  # the options named: HetDPT's own Stage 2 takes them all
+    seed = stages.get("seed") or 0  # StageOverrides' --seed: every step's, the width step's taylor images included
     steps = hetdpt_plus_steps(budget=budget, target_macs=width.target_macs, split=split, preset=name,
                               convention=width.convention, finetune=finetune, hetdpt=hetdpt,
-                              width={k: v for k, v in width.to_dict().items()
-                                     if k not in ("ratio", "target_macs", "convention")})
+                              width={**{k: v for k, v in width.to_dict().items()
+                                        if k not in ("ratio", "target_macs", "convention")}, "seed": seed})
     run_chain_command(model, steps, data=data, out=out, preset=name, onnx=True, resume=resume, pretrained=pretrained,
-                      checkpoint=checkpoint, data_root=data_root, download=download,
-                      speed=speed_config(speed, speed_batch, repeats), device=device, json_out=json_out,
-                      render=render_chain)
+                      checkpoint=checkpoint, data_root=data_root, download=download, val_split=val_split,
+                      seed=seed, speed=speed_config(speed, speed_batch, repeats),
+                      device=device, json_out=json_out, render=render_chain)

@@ -6,20 +6,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional
 
-import torch
 import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
-    SPEED_BATCH_OPT, Convention,
+    SPEED_BATCH_OPT, VAL_SPLIT_OPT, Convention, load_data,
 )
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
 from vitprune.measure import CONVENTIONS, SpeedConfig
-from vitprune.models import resolve_model
-from vitprune.recipe import read_document
 
 
 class DType(str, Enum):
@@ -37,6 +34,7 @@ def profile(
 ) -> None:
     """MACs (per image) and parameters, block by block. Weights are not needed and never downloaded."""
     from vitprune.measure import count_macs
+    from vitprune.models import resolve_model
 
     report = count_macs(resolve_model(model, pretrained=False), convention=convention.value)
     if json_out:
@@ -59,7 +57,10 @@ def bench(
 ) -> None:
     """Measured latency/throughput: warm-up, repeats, median and spread; with --vs, alternating A/B pairs.
     Weights are not needed (random ones time the same) and never downloaded."""
+    import torch
+
     from vitprune.measure import compare_speed, measure_speed
+    from vitprune.models import resolve_model
 
     options = dict(batch_size=speed_batch, device=resolve_device(device), dtype=getattr(torch, dtype.value),
                    warmup=warmup, threads=threads, progress=not json_out)
@@ -85,6 +86,7 @@ def evaluate_cmd(
     data_root: Optional[Path] = DATA_ROOT_OPT,
     split: str = typer.Option("val", help="Dataset split."),
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
     device: str = DEVICE_OPT,
     pretrained: bool = PRETRAINED_OPT,
@@ -92,14 +94,13 @@ def evaluate_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Top-1/top-5 accuracy and loss of MODEL on a dataset split."""
-    from vitprune.adapters import get_adapter
-    from vitprune.data import build_dataset, build_loader
+    from vitprune.data import build_loader
+    from vitprune.models import resolve_model
     from vitprune.training import evaluate
 
     net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
-    adapter = get_adapter(net)
-    dataset = build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
-                            is_training=False, data_config=adapter.data_config)
+    dataset = load_data(net, data, {split: (split, False)}, data_root=data_root, download=download,
+                        val_split=val_split, new_head=False)[split]
     metrics = evaluate(net, build_loader(dataset, batch_size, shuffle=False, seed=0), progress=not json_out)
     if json_out:
         print_json({"model": model, "data": data, "split": split, **metrics})
@@ -110,7 +111,10 @@ def evaluate_cmd(
 @app.command()
 def info(directory: Path = typer.Argument(..., help="A directory written by vitprune."), json_out: bool = JSON_OPT) -> None:
     """The recipe of a saved model: base model, ordered edits, metadata, software versions."""
+    from vitprune.recipe import check_weights, read_document
+
     doc = read_document(directory)
+    check_weights(directory)  # a save whose weights cannot load is not a model to describe
     if json_out:
         print_json(doc)
         return

@@ -10,8 +10,8 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, RESUME_OPT,
-    distributed,
+    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, NUM_CLASSES_OPT, PRETRAINED_OPT,
+    RESUME_OPT, VAL_SPLIT_OPT, distributed, load_data,
 )
 from vitprune.cli.render import percent
 from vitprune.training import DistillConfig, TrainConfig
@@ -32,40 +32,53 @@ def finetune(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
+    num_classes: Optional[int] = NUM_CLASSES_OPT,
     device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Fine-tune MODEL on --data; runs unchanged under `torchrun --nproc_per_node N -m vitprune finetune ...`."""
     from vitprune.adapters import get_adapter
-    from vitprune.data import build_dataset
+    from vitprune.atomic import check_writable
+    from vitprune.data import dataset_classes
+    from vitprune.errors import VitpruneError
     from vitprune.models import original_model, resolve_model
     from vitprune.recipe import RUN_MODEL_DIR, save
     from vitprune.training import finetune_pruned
+    from vitprune.training.engine import logged_epochs
 
     train.validate()
     distillation.validate()
+    check_writable(out, inside=True)  # before the data loads and an epoch trains
     distill = distillation.distill
     ctx = distributed(device)
-    student = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    adapter = get_adapter(student)
-    train_set, val_set = (build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
-                                        data_config=adapter.data_config) for split in ("train", "val"))
+    student = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=train.seed)
+    sets = load_data(student, data, {"train": ("train", True), "val": ("val", False)}, data_root=data_root,
+                     download=download, val_split=val_split, num_classes=num_classes)
     teacher_model = None
     if distill != "none":
         teacher_model = resolve_model(teacher) if teacher is not None else original_model(student)
-    history = finetune_pruned(student, train_set, val_set, train, teacher=teacher_model, distill=distill,
-                              alpha=distillation.alpha, tau=distillation.tau, run_dir=out, dist=ctx,
-                              progress=not json_out, resume=resume, console=err_console)
+        ours, theirs = get_adapter(student).num_classes, get_adapter(teacher_model).num_classes
+        if theirs != ours:
+            raise VitpruneError(f"the teacher predicts {theirs} classes, the model {ours}: pass --teacher a model of "
+                                "these classes, or --distill none")
+    finetune_pruned(student, sets["train"], sets["val"], train, teacher=teacher_model, distill=distill,
+                    alpha=distillation.alpha, tau=distillation.tau, run_dir=out, dist=ctx, progress=not json_out,
+                    resume=resume, console=err_console, on_epoch=None if json_out else _print_epoch)
     if not ctx.is_main:
         return
-    summary = {"model": model, "data": data, "run_dir": str(out), "epochs": history,
-               "distill": distill, "teacher": teacher or ("original" if distill != "none" else None)}
+    # Every epoch of the run, those trained before a resume included.
+    summary = {"model": model, "data": data, "classes": dataset_classes(sets["val"]), "run_dir": str(out),
+               "epochs": logged_epochs(out), "distill": distill,
+               "teacher": teacher or ("original" if distill != "none" else None)}
     save(student, out / RUN_MODEL_DIR, metadata={"finetune": summary})
     if json_out:
         print_json(summary)
         return
-    for stats in history:
-        val = f", val top-1 {percent(stats['val_top1'])}" if "val_top1" in stats else ""
-        console.print(f"epoch {stats['epoch']}: train loss {stats['loss']:.4f}{val} "
-                      f"({stats['images_per_s']:.0f} img/s)")
     console.print(f"saved the fine-tuned model to {out / RUN_MODEL_DIR} (starting checkpoint: {model})")
+
+
+def _print_epoch(stats: dict) -> None:
+    """One epoch's line, printed as the epoch ends (a log shows the run as it goes)."""
+    val = f", val top-1 {percent(stats['val_top1'])}" if "val_top1" in stats else ""
+    console.print(f"epoch {stats['epoch']}: train loss {stats['loss']:.4f}{val} ({stats['images_per_s']:.0f} img/s)")

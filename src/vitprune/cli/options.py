@@ -1,15 +1,18 @@
 """Options that several commands share, each defined once with one default.
 
-Three groups are common by rule (README, "Options every command shares"): every command that
+Four groups are common by rule (README, "Options every command shares"): every command that
 loads a model's weights takes :data:`MODEL_GROUP`; every command that times a model takes
 :data:`SPEED_GROUP`, whose defaults are :class:`~vitprune.measure.SpeedConfig`'s; every command
-that reads a dataset takes :data:`DATA_GROUP`. ``tests/cli/test_options.py`` checks the matrix.
+that reads a dataset takes :data:`DATA_GROUP`, and every one that can train a new head
+:data:`CLASSES_GROUP`. ``tests/cli/test_options.py`` checks the matrix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,6 +20,9 @@ from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
 from vitprune.surgery import IDENTITY_HELP
+
+if TYPE_CHECKING:
+    from torch import nn
 
 #: The MAC conventions, from their single source.
 Convention = Enum("Convention", {name: name for name in CONVENTIONS}, type=str)
@@ -31,6 +37,9 @@ PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained",
                               help="Start a timm or Hugging Face MODEL from its pretrained weights (cached or "
                                    "downloaded; a save_pretrained directory's own).")
 CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
+#: The seed of a command whose other options have none: every command that builds a random model takes one.
+SEED_OPT = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights: the same command builds the same "
+                                          "model every time.")
 DEVICE_OPT = typer.Option(AUTO, "--device", help="auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
 #: The options of every command that loads a model's weights.
 MODEL_GROUP = ("--pretrained", "--checkpoint", "--device")
@@ -47,8 +56,16 @@ SPEED_GROUP = ("--speed", "--speed-batch", "--repeats")
 DATA_OPT = typer.Option(..., "--data", help="digits, cluttered-mnist, cifar10, cifar100, or an ImageFolder directory.")
 DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
 DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
+VAL_SPLIT_OPT = typer.Option(None, "--val-split", help="Validate on this fraction of each class of a flat image "
+                                                      "folder (one without train/ and val/ folders), the same images "
+                                                      "every run (drawn with seed 0); the others train.")
 #: The options of every command that reads a dataset (besides --data itself).
-DATA_GROUP = ("--data-root", "--download")
+DATA_GROUP = ("--data-root", "--download", "--val-split")
+NUM_CLASSES_OPT = typer.Option(None, "--num-classes", min=1, help="Replace MODEL's classifier head by a new one, "
+                                                                  "starting at zero, for the N classes of --data "
+                                                                  "(the saved model records their names).")
+#: The option of every command that can train a new head (finetune, and the prune methods and chains that fine-tune).
+CLASSES_GROUP = ("--num-classes",)
 
 JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity", help=IDENTITY_HELP)
@@ -72,13 +89,48 @@ def distributed(device: str):
     return init_distributed(device)
 
 
+def load_data(net: nn.Module, data: str, splits: Mapping[str, tuple[str, bool]], *, data_root: Path | None,
+              download: bool, val_split: float | None, num_classes: int | None = None,
+              new_head: bool = True) -> dict[str, Any]:
+    """--data's ``splits`` (name: (split, training transform)) at ``net``'s input size, labelled by the classes
+    ``net``'s head was made for (as recorded when --num-classes replaced it), else by the data's own. With
+    --num-classes, ``net``'s head is then replaced for the data's classes; without it, a head of another size is
+    refused in one line, which offers --num-classes where the command can start from a ``new_head`` and
+    ``vitprune finetune`` where it cannot (a new head predicts nothing until trained). Under torchrun rank 0
+    downloads alone."""
+    from vitprune.adapters import get_adapter
+    from vitprune.data import build_dataset, dataset_classes
+    from vitprune.surgery import recorded_classes, replace_head
+    from vitprune.training.distributed import on_main
+
+    adapter = get_adapter(net)
+    options = dict(input_size=adapter.input_size, root=data_root, data_config=adapter.data_config, val_split=val_split,
+                   classes=recorded_classes(net) if num_classes is None else None)
+    if download:  # the others then read what rank 0 wrote
+        on_main(lambda: build_dataset(data, "train", download=True, **options) and None)
+    sets = {name: build_dataset(data, split, is_training=training, **options)
+            for name, (split, training) in splits.items()}
+    classes = dataset_classes(next(iter(sets.values())))
+    if num_classes is None and adapter.num_classes != len(classes):
+        fix = (f"pass --num-classes {len(classes)} to replace its head by a new one for them" if new_head else
+               f"fine-tune a head for them first: vitprune finetune MODEL --data {data} --num-classes {len(classes)}")
+        raise VitpruneError(f"the model predicts {adapter.num_classes} classes but {data} has {len(classes)}; {fix}")
+    if num_classes is not None:
+        if num_classes != len(classes):
+            raise VitpruneError(f"--num-classes {num_classes}, but {data} has {len(classes)} classes")
+        replace_head(net, num_classes, classes)
+    return sets
+
+
 def check_target(path: Path, overwrite: bool, option: str) -> None:
     """Refuse, before any work, to write over an existing ``path`` unless ``overwrite``. Under torchrun rank 0
     looks (join the group first, :func:`distributed`), so no rank finds what rank 0 has just written."""
+    from vitprune.atomic import check_writable
     from vitprune.training.distributed import on_main
 
     def check() -> None:
         if path.exists() and not overwrite:
             raise VitpruneError(f"{path} already exists; pass --overwrite to replace it, or choose another {option}")
+        check_writable(path)
 
     on_main(check)

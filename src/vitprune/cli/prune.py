@@ -13,7 +13,8 @@ from rich.table import Table
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.options import (
     CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT,
-    REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, check_target, distributed, speed_config,
+    REPEATS_OPT, RESUME_OPT, SEED_OPT, SPEED_BATCH_OPT, SPEED_OPT, VAL_SPLIT_OPT, check_target, distributed,
+    load_data, speed_config,
 )
 from vitprune.cli.config_options import config_options
 from vitprune.cli.render import ratio, render_comparison
@@ -22,11 +23,11 @@ from vitprune.measure import SpeedConfig, format_count
 from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
 from vitprune.methods.hiap import HiAPConfig
 from vitprune.methods.depth import DepthConfig
-from vitprune.methods.hetdpt.pipeline import HetDPTConfig, StageOverrides
+from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
 from vitprune.methods.report import Report
-from vitprune.methods.width.pipeline import WidthConfig
-from vitprune.methods.star.pipeline import STARConfig
-from vitprune.methods.vbp.pipeline import VBPConfig
+from vitprune.methods.width.config import WidthConfig
+from vitprune.methods.star.config import STARConfig
+from vitprune.methods.vbp.config import VBPConfig
 from vitprune.training import TrainConfig
 from vitprune.training.presets import PRESETS, get_preset
 
@@ -85,6 +86,7 @@ def depth(
     config: DepthConfig = ...,
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    seed: int = SEED_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -100,7 +102,7 @@ def depth(
     from vitprune.methods.depth import run_depth
     from vitprune.models import resolve_model
 
-    report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), config, out=out,
+    report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=seed), config, out=out,
                        name=model, speed=speed_config(speed, speed_batch, repeats), device=ctx.device,
                        progress=not json_out and ctx.is_main, dist=ctx)
     _show_edit(report, json_out, title=f"{model}: attention removed in blocks {report.attention or 'none'}, "
@@ -118,6 +120,7 @@ def width(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -138,9 +141,10 @@ def width(
         raise VitpruneError("taylor importance needs --data")
     if data is not None:
         dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                                   download=download, calibration=True)
+                                   download=download, val_split=val_split, seed=config.seed, calibration=True)
     else:
-        dense, sets = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), {"calibration": None}
+        dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=config.seed)
+        sets = {"calibration": None}
     # Taylor importance ranks on training images under the evaluation transform.
     report = run_width(dense, config, out=out, train_set=sets["calibration"], name=model,
                        speed=speed_config(speed, speed_batch, repeats), device=ctx.device,
@@ -188,6 +192,7 @@ def hetdpt(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -202,7 +207,8 @@ def hetdpt(
     settings = configure(hetdpt_preset_for(preset, data), **stages, **config)
     ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, calibration=True)
+                               download=download, val_split=val_split, seed=stages.get("seed") or 0,
+                               calibration=True)
     report = run_hetdpt(dense, sets["train"], sets["val"], budget=budget, split=chosen_split, run_dir=out,
                         config=settings, device=ctx.device, progress=not json_out and ctx.is_main, resume=resume,
                         dist=ctx,
@@ -268,6 +274,7 @@ def vbp(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -288,8 +295,8 @@ def vbp(
     config = replace(config, finetune=finetune, distill=VBPConfig.distill if distill else "none")
     config.validate()
     _run_calibrated(run_vbp, render_vbp, config, model=model, data=data, out=out, pretrained=pretrained,
-                    checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
-                    speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
+                    checkpoint=checkpoint, data_root=data_root, download=download, val_split=val_split,
+                    device=device, resume=resume, speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
     _state_lr(finetune, recipe, json_out)
 
 
@@ -325,6 +332,7 @@ def star(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -344,8 +352,8 @@ def star(
     config = replace(config, finetune=finetune)
     config.validate()
     _run_calibrated(run_star, render_star, config, model=model, data=data, out=out, pretrained=pretrained,
-                    checkpoint=checkpoint, data_root=data_root, download=download, device=device, resume=resume,
-                    speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
+                    checkpoint=checkpoint, data_root=data_root, download=download, val_split=val_split,
+                    device=device, resume=resume, speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
     _state_lr(finetune, recipe, json_out)
 
 
@@ -366,6 +374,7 @@ def hiap(
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
     data_root: Optional[Path] = DATA_ROOT_OPT,
     download: bool = DOWNLOAD_OPT,
+    val_split: Optional[float] = VAL_SPLIT_OPT,
     speed: bool = SPEED_OPT,
     speed_batch: int = SPEED_BATCH_OPT,
     repeats: int = REPEATS_OPT,
@@ -386,7 +395,7 @@ def hiap(
     training.validate()
     ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download)
+                               download=download, val_split=val_split, seed=training.seed)
     report = run_hiap(dense, sets["train"], sets["val"], run_dir=out, train=training, config=config,
                       device=ctx.device, progress=not json_out and ctx.is_main, resume=resume, dist=ctx,
                       speed=speed_config(speed, speed_batch, repeats),
@@ -398,12 +407,13 @@ def hiap(
 
 def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], None], config: Any, *, model: str,
                     data: str, out: Path, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                    download: bool, device: str, resume: bool, speed: SpeedConfig, json_out: bool) -> None:
+                    download: bool, val_split: Optional[float], device: str, resume: bool,
+                    speed: SpeedConfig, json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
     method's pipeline into --out and show its report."""
     ctx = distributed(device)
     dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, calibration=True)
+                               download=download, val_split=val_split, seed=config.seed, calibration=True)
     report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
                  device=ctx.device, progress=not json_out and ctx.is_main, resume=resume, speed=speed, dist=ctx,
                  log=(lambda _m: None) if json_out else err_console.print)
@@ -411,26 +421,18 @@ def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], Non
 
 
 def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                 download: bool, calibration: bool = False) -> tuple[Any, dict[str, Any]]:
-    """MODEL, and --data's ``train`` (augmented) and ``val`` splits at its input size; with ``calibration``, also
-    the training images with the evaluation transform."""
-    from vitprune.adapters import get_adapter
-    from vitprune.data import build_dataset
+                 download: bool, val_split: Optional[float], seed: int,
+                 calibration: bool = False) -> tuple[Any, dict[str, Any]]:
+    """MODEL (random weights drawn under ``seed``), and --data's ``train`` (augmented) and ``val`` splits for it
+    (:func:`load_data`: a head made for other classes is refused, as a new one would decide every pruning choice
+    before it learned anything); with ``calibration``, also the training images with the evaluation transform."""
     from vitprune.models import resolve_model
-    from vitprune.training.distributed import on_main
 
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint)
-    adapter = get_adapter(dense)
-    if download:  # under torchrun rank 0 fetches the data alone; the others then read what it wrote
-        on_main(lambda: build_dataset(data, "train", input_size=adapter.input_size, root=data_root, download=True,
-                                      data_config=adapter.data_config) and None)
-        download = False
-    splits = [("train", "train", True), ("val", "val", False)] + ([("calibration", "train", False)] if calibration
-                                                                   else [])
-    sets = {name: build_dataset(data, split, input_size=adapter.input_size, root=data_root, download=download,
-                                is_training=training, data_config=adapter.data_config)
-            for name, split, training in splits}
-    return dense, sets
+    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=seed)
+    splits = {"train": ("train", True), "val": ("val", False), **({"calibration": ("train", False)} if calibration
+                                                                   else {})}
+    return dense, load_data(dense, data, splits, data_root=data_root, download=download, val_split=val_split,
+                            new_head=False)
 
 
 def _show(model: str, report: Report, render: Callable[[str, Any], None], json_out: bool) -> None:

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from vitprune.cli.app import console, err_console
-from vitprune.measure import MacReport, SpeedResult, format_count
+from vitprune.measure import busy_note, format_count
 
-if TYPE_CHECKING:  # the pipelines' modules load torch-heavy stages: the commands import them when they run
+if TYPE_CHECKING:  # these modules import torch: the commands import them when they run
+    from vitprune.measure import MacReport, SpeedResult
     from vitprune.methods.chain import ChainReport
     from vitprune.methods.hetdpt.pipeline import HetDPTReport
     from vitprune.methods.hiap.pipeline import HiAPReport
@@ -53,6 +54,7 @@ def render_speed(model: str, result: SpeedResult) -> None:
     table.add_row(model, f"{s.median:.2f}", f"{s.q1:.2f}–{s.q3:.2f}", f"{s.min:.2f}–{s.max:.2f}",
                   f"{result.throughput:.1f}")
     console.print(table)
+    _warn_if_busy(result.to_dict())
 
 
 def render_comparison(model: str, other: str, comparison: dict | None) -> None:
@@ -70,6 +72,14 @@ def render_comparison(model: str, other: str, comparison: dict | None) -> None:
                   f"{comparison['pairs']} alternating pairs): [bold]{comparison['speedup']:.3f}×[/] "
                   f"(IQR {comparison['speedup_q1']:.3f}–{comparison['speedup_q3']:.3f}, min "
                   f"{comparison['speedup_min']:.3f}, max {comparison['speedup_max']:.3f})")
+    _warn_if_busy(comparison["a"])
+
+
+def _warn_if_busy(result: dict) -> None:
+    """Under a timing's figures, the warning that the machine was busy while it ran (:func:`busy_note`)."""
+    note = busy_note(result)
+    if note:
+        console.print(f"[bold yellow]{note}[/]")
 
 
 def render_eval(model: str, data: str, split: str, metrics: dict) -> None:
@@ -130,9 +140,12 @@ def render_star(model: str, report: STARReport) -> None:
 def render_hiap_epoch(stats: dict, target_macs: float | None) -> None:
     """The live view after each HiAP epoch: MACs (expected, hardened) against the budget, and per block the
     heads, value dims and neurons the hardened gates keep (expected counts in brackets)."""
-    target = "" if target_macs is None else f" / target {format_count(target_macs)}"
+    # With a target the extraction hardens at the threshold that lands on it, not the paper's 0: show both.
+    target = "" if target_macs is None else (
+        f", extracted now {format_count(stats['macs_extracted']) if stats.get('macs_extracted') else 'over'} / target "
+        f"{format_count(target_macs)}")
     err_console.print(
-        f"epoch {stats['epoch']}: MACs expected {format_count(stats['macs_expected_exact'])} (exact), hardened "
+        f"epoch {stats['epoch']}: MACs expected {format_count(stats['macs_expected_exact'])} (exact), hardened at 0 "
         f"{format_count(stats['macs_hardened'])}{target}; τ {stats['tau']:.2f}, λ scale {stats['lambda_scale']:.2f}, "
         f"undecided gates {100 * stats['undecided']:.0f}%, hardened val top-1 "
         f"{percent(stats.get('val_top1'))}")
@@ -205,7 +218,8 @@ def _render_gains(model: str, method: str, top1_cell: str, report: MethodReport)
         table.add_row(f"ms/batch ({ctx['device_name']}, {ctx['dtype']}, batch {ctx['batch_size']})",
                       f"{speed['b']['median_ms']:.2f}", f"{speed['a']['median_ms']:.2f}",
                       f"speedup {speed['speedup']:.3f}× (IQR {speed['speedup_q1']:.3f}–{speed['speedup_q3']:.3f}, "
-                      f"{speed['pairs']} alternating pairs)")
+                      f"{speed['pairs']} alternating pairs)" + (f"; {busy_note(speed['a'])}" if busy_note(speed["a"])
+                                                                else ""))
     console.print(table)
     seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report.seconds.items())
     console.print(f"time per stage: {seconds}")

@@ -16,6 +16,8 @@ from vitprune.data.datasets import (
     build_dataset,
     build_loader,
     check_augmentation,
+    dataset_classes,
+    image_folder_classes,
 )
 from vitprune.data.digits import (
     DIGITS_INPUT_SIZE,
@@ -44,6 +46,8 @@ __all__ = [
     "build_dataset",
     "build_loader",
     "check_augmentation",
+    "dataset_classes",
+    "image_folder_classes",
     "load_digits_split",
     "load_mnist_digits",
 ]

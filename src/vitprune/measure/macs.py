@@ -20,15 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from vitprune.adapters import ViTAdapter, get_adapter
 from vitprune.errors import VitpruneError
-
-#: Counting conventions: ``full`` adds the attention matmuls to the linear/conv layers; ``tp`` is
-#: torch-pruning's counter, whatever its hooks count (docs/measurement.md).
-CONVENTIONS: dict[str, str] = {
-    "full": "linear/conv layers + attention matmuls",
-    "linear": "linear/conv layers only, no attention matmuls",
-    "tp": ("torch-pruning's count_ops_and_params: linear/conv layers with biases, some norms and activations, "
-           "attention matmuls in timm's attention modules only"),
-}
+from vitprune.measure.config import CONVENTIONS, format_count
 
 #: The independent count :func:`flop_counter_macs` makes, as reports name it.
 FLOP_COUNTER_REFERENCE = "torch FlopCounterMode, attention on the math backend"
@@ -143,14 +135,6 @@ class MacReport:
 
     def __str__(self) -> str:
         return self.summary()
-
-
-def format_count(n: float) -> str:
-    """``4241218560`` -> ``'4.24G'``: a count with an SI suffix, three significant digits."""
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{suffix}"
-    return f"{n:g}"
 
 
 def count_macs(model: nn.Module, *, input_size: tuple[int, int, int] | None = None, batch_size: int = 1,

@@ -23,6 +23,7 @@ from torch import nn
 
 from vitprune.device import resolve_device
 from vitprune.errors import VitpruneError
+from vitprune.measure.config import check_counts
 from vitprune.measure.context import Context, collect_context, watch_other_load
 from vitprune.measure.macs import resolve_input_size
 
@@ -167,7 +168,7 @@ def measure_speed(model: nn.Module, *, input_size: tuple[int, int, int] | None =
     pass is timed with CUDA events; on CPU with ``time.perf_counter``.
     """
     dev = resolve_device(device)
-    _check_counts(warmup, batch_size=batch_size, repeats=repeats)
+    check_counts(warmup, batch_size=batch_size, repeats=repeats)
     x = _make_input(model, input_size, batch_size, dev, dtype)
     with _session([model], dev, dtype, threads) as flushed:
         context = collect_context(dev, dtype, batch_size, flush_denormal=flushed)
@@ -196,7 +197,7 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
     Other settings as in :func:`measure_speed`.
     """
     dev = resolve_device(device)
-    _check_counts(warmup, batch_size=batch_size, pairs=pairs)
+    check_counts(warmup, batch_size=batch_size, pairs=pairs)
     if input_size is None:
         size_a, size_b = resolve_input_size(model_a), resolve_input_size(model_b)
         if size_a != size_b:
@@ -221,34 +222,8 @@ def compare_speed(model_a: nn.Module, model_b: nn.Module, *, input_size: tuple[i
     return Comparison(a=a, b=b, ratios=ratios)
 
 
-@dataclass(frozen=True)
-class SpeedConfig:
-    """How a pruned model is timed against its original: one set of defaults for every command and pipeline.
-
-    ``enabled=False`` skips the measurement (reports then hold ``None`` for speed). The CLI's
-    ``--speed/--no-speed``, ``--speed-batch`` and ``--repeats`` take their defaults from here.
-    """
-
-    enabled: bool = True
-    batch_size: int = 16
-    pairs: int = 20
-    warmup: int = 3
-
-    def validate(self) -> None:
-        """One line for counts that cannot run (pipelines call it first, not after hours of earlier stages)."""
-        _check_counts(self.warmup, batch_size=self.batch_size, pairs=self.pairs)
-
-
 def _fmt(size: tuple[int, ...]) -> str:
     return "x".join(map(str, size))
-
-
-def _check_counts(warmup: int, **positive: int) -> None:
-    if warmup < 0:
-        raise VitpruneError(f"warmup must be at least 0, got {warmup}")
-    for name, n in positive.items():
-        if n < 1:
-            raise VitpruneError(f"{name.replace('_', ' ')} must be at least 1, got {n}")
 
 
 def _make_input(model: nn.Module, input_size: tuple[int, int, int] | None, batch_size: int,

@@ -39,12 +39,13 @@ from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hetdpt.pipeline import REQUIRES as HETDPT_REQUIRES
 from vitprune.methods.hiap.pipeline import REQUIRES as HIAP_REQUIRES
 from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, prepare_run_dir, time_against
+from vitprune.methods.stages import START_FILE, Stages, prepare_run_dir, time_against
 from vitprune.methods.vbp.pipeline import REQUIRES as VBP_REQUIRES
+from vitprune.methods.width.isomorphic import WIDTH_WITHOUT
 from vitprune.recipe import RUN_MODEL_DIR, load, save
 from vitprune.training import DistillConfig, TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main
-from vitprune.training.engine import scaled_lr
+from vitprune.training.config import scaled_lr
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR = "chain.json", "steps", "step.json", RUN_MODEL_DIR
 
@@ -128,6 +129,16 @@ def load_chain(path: str | Path) -> list[Step]:
     return parse_chain(document)
 
 
+#: The methods whose settings take a ``seed``: a chain's own seed (:func:`seeded`) is theirs unless they name one.
+SEEDED_METHODS = ("hetdpt", "width", "vbp", "star", "hiap", "finetune")
+
+
+def seeded(steps: list[Step], seed: int) -> list[Step]:
+    """``steps`` with ``seed`` as the seed of every step whose method takes one and whose settings name none."""
+    return [Step(step.method, {"seed": seed, **step.settings}) if step.method in SEEDED_METHODS else step
+            for step in steps]
+
+
 def hetdpt_plus_steps(*, budget: int, target_macs: float, finetune: dict[str, Any], split: list[int] | str = "auto",
                       preset: str | None = None, convention: str = "full", hetdpt: dict[str, Any] | None = None,
                       width: dict[str, Any] | None = None) -> list[Step]:
@@ -193,7 +204,32 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     configs = check_chain(steps, preset)
     speed.validate()
     _check_family(model, steps, configs)
-    run_dir = prepare_run_dir(run_dir, resume)
+    started = on_main(lambda: Path(run_dir).is_dir() and any(Path(run_dir).iterdir()))
+    run_dir = prepare_run_dir(run_dir, resume, start=model)
+    try:
+        return _run_steps(model, train_set, val_set, steps, configs, run_dir=run_dir,
+                          calibration_set=calibration_set, device=device, progress=progress, log=log, resume=resume,
+                          speed=speed, onnx=onnx, dist=dist)
+    except BaseException:
+        if not started:  # a chain stopped before it made anything leaves no directory that refuses the rerun
+            on_main(lambda: _discard_unstarted(run_dir))
+        raise
+
+
+def _discard_unstarted(run_dir: Path) -> None:
+    """Remove ``run_dir`` if it holds nothing but what the run wrote before its first step: no step made any file
+    there."""
+    plan = {run_dir / CHAIN_FILE, run_dir / START_FILE}
+    made = [path for path in run_dir.rglob("*") if path.is_file() and path not in plan]
+    if not made:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_steps(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: list[Step], configs: list[Any], *,
+               run_dir: Path, calibration_set: Dataset | None, device: torch.device | str | None, progress: bool,
+               log: Callable[[str], None], resume: bool, speed: SpeedConfig, onnx: bool,
+               dist: DistContext | None) -> ChainReport:
+    """:func:`run_chain` once its steps are checked and its run directory is made."""
     chain = [step.to_dict() for step in steps]
     if resume:
         on_main(lambda: _reconcile(run_dir, chain))
@@ -257,7 +293,7 @@ def _check_family(model: nn.Module, steps: list[Step], configs: list[Any]) -> No
     for number, (step, config) in enumerate(zip(steps, configs), 1):
         method = _METHODS[step.method]
         try:
-            adapter.require(*method.requires(config), by=method.by)
+            adapter.require(*method.requires(config), by=method.by, without=method.without)
         except UnsupportedArchitectureError as exc:
             raise UnsupportedArchitectureError(f"step {number} ({step.method}): {exc}") from None
 
@@ -476,6 +512,8 @@ class _Method(NamedTuple):
     run: Callable[[nn.Module, Any, _Context], tuple[nn.Module, dict[str, Any]]]
     by: str
     requires: Callable[[Any], tuple[str, ...]]
+    #: How the method does without a capability, by name (:meth:`~vitprune.adapters.ViTAdapter.require`).
+    without: dict[str, str] = {}
 
 
 _METHODS: dict[str, _Method] = {
@@ -487,8 +525,7 @@ _METHODS: dict[str, _Method] = {
                       _hetdpt_config, _hetdpt, "HetDPT", lambda _config: HETDPT_REQUIRES),
     "width": _Method("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, head_dims, "
                      "embed, isomorphic, round_to, taylor_batches, taylor_batch_size", _width_config, _width,
-                     "width pruning",
-                     lambda config: config.requires),
+                     "width pruning", lambda config: config.requires, WIDTH_WITHOUT),
     "vbp": _Method("VBPConfig's fields: ratio, criterion, compensate, calibration_images, ...", _vbp_config, _vbp,
                    "VBP", lambda _config: VBP_REQUIRES),
     "star": _Method("STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ...", _star_config, _star,

@@ -3,8 +3,10 @@ calibration loaders, and recovery (evaluate right after pruning, fine-tune, eval
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,12 +14,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from vitprune.atomic import check_writable, read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, compare_speed
 from vitprune.recipe import save
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main, shard_dataset
+from vitprune.training.engine import logged_epochs
 
 if TYPE_CHECKING:
     from vitprune.methods.depth import DepthReport
@@ -67,19 +71,48 @@ def save_and_time(report: R, key: str, pruned: nn.Module, original: nn.Module, s
     return report
 
 
-def prepare_run_dir(run_dir: str | Path, resume: bool) -> Path:
-    """Create ``run_dir``; without ``resume``, one that holds a previous run is a one-line error. Under torchrun rank
-    0 checks and creates it (every rank gets its answer: the directory, or the error)."""
+#: Where a run directory records the model it started from.
+START_FILE = "start.json"
+
+
+def prepare_run_dir(run_dir: str | Path, resume: bool, start: nn.Module | None = None,
+                    seed: int | None = None) -> Path:
+    """Create ``run_dir``; without ``resume``, one that holds a previous run is a one-line error. With ``start`` (the
+    model the run starts from) and ``seed`` (the run's), a new run records them (its weights' fingerprint), and a
+    resumed one must have the same: its finished stages were computed from those weights and drawn under that
+    seed. Under torchrun rank 0 checks and creates it (every rank gets its answer: the directory, or the error)."""
     run_dir = Path(run_dir)
+    identity = {"weights": None if start is None else weights_fingerprint(start), "seed": seed}
 
     def create() -> None:
         if not resume and run_dir.exists() and any(run_dir.iterdir()):
             raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another "
                                 "--out")
+        check_writable(run_dir, inside=True)
+        recorded = run_dir / START_FILE
+        if resume and recorded.is_file():
+            started = read_json(recorded)
+            if started.get("weights") != identity["weights"]:
+                raise VitpruneError(f"cannot resume {run_dir}: it started from other weights (another MODEL, "
+                                    "--checkpoint or --seed); resume with those, or choose another --out")
+            if started.get("seed") != identity["seed"]:
+                raise VitpruneError(f"cannot resume {run_dir}: it ran with --seed {started.get('seed')}, not {seed}")
+            return
         run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(recorded, identity)
 
     on_main(create)
     return run_dir
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A SHA-256 of ``model``'s parameters and buffers (names, shapes, dtypes and values)."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
 
 
 def cached(path: Path, resume: bool, read: Callable[[], T | None], compute: Callable[[], T],
@@ -97,6 +130,17 @@ def cached(path: Path, resume: bool, read: Callable[[], T | None], compute: Call
     value = compute()
     on_main(lambda: write(value))
     return value
+
+
+def available_images(config: T, dataset: Dataset, fields: tuple[str, ...], log: Callable[[str], None]) -> T:
+    """``config`` with each image count in ``fields`` cut to the ``dataset``'s size, saying so through ``log``: a
+    stage asked for more images than there are uses them all, and the report records what it used."""
+    cut = {name: len(dataset) for name in fields
+           if getattr(config, name) is not None and getattr(config, name) > len(dataset)}
+    for name in cut:
+        log(f"  {name.replace('_', ' ')}: the data has {len(dataset)} images, not {getattr(config, name)}; "
+            "using them all")
+    return replace(config, **cut)
 
 
 def calibration_loader(dataset: Dataset, images: int | None, batch_size: int, seed: int,
@@ -120,10 +164,12 @@ def recover(stages: Stages, pruned: nn.Module, teacher: nn.Module, train_set: Da
     (``dist``) the fine-tune is data-parallel, and every rank evaluates the whole validation split."""
     top1 = {"pruned": stages.run("evaluate right after pruning", lambda: evaluate(pruned, val_loader)["top1"])}
     if finetune is not None:
-        history = stages.run("fine-tune", lambda: finetune_pruned(
+        stages.run("fine-tune", lambda: finetune_pruned(
             pruned, train_set, val_set, finetune, teacher=teacher, distill=distill, alpha=alpha, tau=tau,
             run_dir=run_dir, device=device, progress=progress, resume=resume, dist=dist))
         top1["finetuned"] = evaluate(pruned, val_loader)["top1"]
+        # Every epoch's, those before a resume too (rank 0 alone logs them).
+        history = on_main(lambda: logged_epochs(run_dir))
         top1["finetune_best"] = max((h["val_top1"] for h in history), default=None)
     return top1
 

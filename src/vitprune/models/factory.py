@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import timm
+import torch
 from torch import nn
 
 from vitprune.adapters import find_adapter, hf_vit, prepare_model
@@ -18,11 +19,13 @@ from vitprune.adapters.lvvit import LVVIT_CONFIGS, build_lvvit
 from vitprune.errors import RecipeError, VitpruneError, first_line
 from vitprune.models.cluttered_mnist import build_cluttered_mnist_vit
 from vitprune.models.digits import build_digits_vit
+from vitprune.models.hub import settle_offline_mode
 from vitprune.models.zoo import TRAINED_MODELS
 from vitprune.recipe import (
     RECIPE_FILE, BaseModel, Recipe, build_base, check_state_dict, load, register_base, require_recipe, saved_model_dir,
     set_recipe,
 )
+from vitprune.surgery import depth, head, tokens, width  # noqa: F401  (register the edits recipes replay)
 
 #: Models vitprune defines itself, by the name a command takes (``source="vitprune"`` in recipes).
 VITPRUNE_MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -95,9 +98,18 @@ def create_model(name: str, *, pretrained: bool = False, checkpoint: str | os.Pa
     return model.eval()
 
 
-def resolve_model(spec: str, *, pretrained: bool = True, checkpoint: str | os.PathLike | None = None) -> nn.Module:
+def resolve_model(spec: str, *, pretrained: bool = True, checkpoint: str | os.PathLike | None = None,
+                  seed: int = 0) -> nn.Module:
     """What a command's MODEL argument names: a saved directory, a Hugging Face ``save_pretrained`` directory or hub
-    id (``hf:owner/name``), ``digits-vit``, or a timm model name."""
+    id (``hf:owner/name``), ``digits-vit``, or a timm model name. Random weights (``pretrained`` off) are drawn
+    under ``seed``, so that the same command builds the same model every time; torch's global generator is left as
+    it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _resolve(spec, pretrained=pretrained, checkpoint=checkpoint)
+
+
+def _resolve(spec: str, *, pretrained: bool, checkpoint: str | os.PathLike | None) -> nn.Module:
     path = Path(spec)
     if path.is_dir() and (path / "config.json").is_file() and not (saved_model_dir(path) / RECIPE_FILE).is_file():
         return _create_hf(str(path.resolve()), local=True, pretrained=pretrained, checkpoint=checkpoint)
@@ -167,6 +179,8 @@ def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | 
     if checkpoint is not None:
         raise VitpruneError(f"{source} is a Hugging Face model, which takes its weights from its own directory; "
                             "save other weights with save_pretrained and pass that directory")
+    if not local:
+        settle_offline_mode()
     if pretrained:
         model = hf_vit.from_pretrained(source, local_files_only=local)
     else:
@@ -182,13 +196,14 @@ def _track_hf(model: nn.Module, weights: str) -> nn.Module:
 
 
 def _create_timm(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
+    offline = pretrained and settle_offline_mode()
     try:
         model = timm.create_model(name, pretrained=pretrained, **kwargs)
     except Exception as exc:  # hub, HTTP and offline errors have no common base class
-        raise VitpruneError(
-            f"could not load pretrained weights for {name} ({type(exc).__name__}: {first_line(exc)}); "
-            "without network, pass --checkpoint PATH for local weights or --no-pretrained for random init"
-        ) from None
+        why = ("offline, and not in the local Hugging Face cache" if offline
+               else f"{type(exc).__name__}: {first_line(exc)}")
+        raise VitpruneError(f"could not load pretrained weights for {name} ({why}); pass --checkpoint PATH for local "
+                            "weights, --no-pretrained for random init, or fetch them once online") from None
     return prepare_model(model)
 
 

@@ -2,8 +2,8 @@
 
 from vitprune.recipe.edits import apply_edit, register_edit, registered_edits, replay
 from vitprune.recipe.io import (
-    RECIPE_FILE, RUN_MODEL_DIR, WEIGHTS_FILE, build_base, check_state_dict, load, read_document, register_base, save,
-    saved_model_dir,
+    RECIPE_FILE, RUN_MODEL_DIR, WEIGHTS_FILE, build_base, check_state_dict, check_weights, load, read_document,
+    register_base, save, saved_model_dir,
 )
 from vitprune.recipe.recipe import (
     RECIPE_FORMAT,
@@ -19,7 +19,7 @@ from vitprune.recipe.recipe import (
 
 __all__ = [
     "RECIPE_FILE", "RECIPE_FORMAT", "RECIPE_VERSION", "RUN_MODEL_DIR", "WEIGHTS_FILE", "BaseModel", "Edit",
-    "Recipe", "apply_edit", "build_base", "check_state_dict", "get_recipe", "load", "read_document",
+    "Recipe", "apply_edit", "build_base", "check_state_dict", "check_weights", "get_recipe", "load", "read_document",
     "register_base", "register_edit", "registered_edits", "replay", "require_recipe", "save", "saved_model_dir",
     "set_recipe", "track",
 ]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import safetensors
@@ -103,13 +104,30 @@ def load(directory: str | os.PathLike, *, map_location: str | torch.device = "cp
     return model.eval()
 
 
-def _load_weights(model: nn.Module, weights: Path, map_location: str | torch.device) -> None:
+def check_weights(directory: str | os.PathLike) -> Path:
+    """The weights file of a save (or of a run's model), checked to be whole without loading it: its header parses
+    and its tensors cover the file exactly (a truncated or overwritten file fails). Returns its path."""
+    weights = saved_model_dir(directory) / WEIGHTS_FILE
+    with _readable(weights):
+        with safetensors.safe_open(str(weights), framework="pt"):
+            pass
+    return weights
+
+
+@contextmanager
+def _readable(weights: Path) -> Iterator[None]:
+    """Turn a missing or unreadable weights file into one :class:`RecipeError` line naming it."""
     if not weights.is_file():
         raise RecipeError(f"weights file {weights} is missing")
     try:
-        state = safetensors.torch.load_file(str(weights), device=str(map_location))
+        yield
     except (safetensors.SafetensorError, OSError, ValueError) as exc:
         raise RecipeError(f"corrupt weights file {weights}: {exc}") from None
+
+
+def _load_weights(model: nn.Module, weights: Path, map_location: str | torch.device) -> None:
+    with _readable(weights):
+        state = safetensors.torch.load_file(str(weights), device=str(map_location))
     check_state_dict(model, state, str(weights))
     model.load_state_dict(state, strict=False)
 

@@ -18,16 +18,7 @@ from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.recipe.edits import register_edit
 from vitprune.linear import fold_input_affine, merge_linears
-
-#: What a removed attention sublayer leaves in its residual branch.
-ATTENTION_IDENTITIES: dict[str, str] = {
-    "norm": "x + LN1(x): attention replaced by the identity inside the branch (HetDPT's reference code; default)",
-    "skip": "x: the whole attention branch dropped",
-}
-#: :data:`ATTENTION_IDENTITIES` in one line, for an option's help.
-IDENTITY_HELP = "What a removed attention leaves: norm = x + LN1(x) (HetDPT's code), skip = x."
-#: ``output_gelu`` of :func:`prune_depth` in one line, for an option's help.
-OUTPUT_GELU_HELP = "Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."
+from vitprune.surgery.config import ATTENTION_IDENTITIES, depth_requirements
 
 #: Activations the compatibility option may put on a block's output.
 _OUTPUT_ACTIVATIONS = {"gelu": nn.GELU}
@@ -182,12 +173,6 @@ def check_depth_layers(model: nn.Module, attention: Sequence[int] = (),
     if gone:
         raise VitpruneError(f"block {gone[0]} has no activation left to remove")
     return attention, activation
-
-
-def depth_requirements(attention: Sequence[int], activation: Sequence[int]) -> tuple[str, ...]:
-    """What removing the attention of blocks ``attention`` and the activation of blocks ``activation`` needs of a
-    model's family."""
-    return (*(["attention_removal"] if attention else []), *(["activation_removal"] if activation else []))
 
 
 def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Sequence[int] = (), *,

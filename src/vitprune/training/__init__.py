@@ -3,11 +3,16 @@ helpers, evaluation."""
 
 from __future__ import annotations
 
-from vitprune.training.distill import KINDS, DistillationLoss, make_teacher, use_distillation_head
-from vitprune.training.engine import OPTIMIZERS, TrainConfig, Trainer, TrainHooks, weight_decay_groups
-from vitprune.training.evaluation import evaluate
+from vitprune.lazy import lazy_exports
+from vitprune.training.config import KINDS, OPTIMIZERS, DistillConfig, TrainConfig
 from vitprune.training.presets import PRESETS, Preset, get_preset
-from vitprune.training.recover import DistillConfig, finetune_pruned
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".distill": ("DistillationLoss", "make_teacher", "use_distillation_head"),
+    ".engine": ("Trainer", "TrainHooks", "weight_decay_groups"),
+    ".evaluation": ("evaluate",),
+    ".recover": ("finetune_pruned",),
+})
 
 __all__ = [
     "KINDS", "DistillConfig", "DistillationLoss", "OPTIMIZERS", "PRESETS", "Preset", "TrainConfig", "TrainHooks",

@@ -18,9 +18,7 @@ from torch import nn
 
 from vitprune.adapters import find_adapter
 from vitprune.errors import VitpruneError
-
-#: Distillation kinds: no teacher term, KL to the teacher's softened distribution, CE to its argmax.
-KINDS = ("none", "soft", "hard")
+from vitprune.training.config import KINDS
 
 StudentOutputs = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | list[torch.Tensor]
 

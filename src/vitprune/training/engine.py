@@ -6,10 +6,12 @@ factories), and DeiT's regularisation where its config asks: mixup/cutmix, label
 RandAugment and random erasing (the training set's transform, :func:`vitprune.data.augmented`),
 stochastic depth and repeated augmentation. Methods plug in through :class:`TrainHooks` (extra
 loss terms, their own schedules, parameter groups with their own learning rates). Runs checkpoint
-atomically into a run directory and resume exactly where they stopped, mid-epoch included; Ctrl-C
-saves and exits cleanly, and a non-finite loss stops the run, keeping the last good checkpoint.
-Every image is augmented under a seed of its own (its place in the epoch's order), so the result
-does not depend on the number of data-loading workers, and a resumed run draws what it would have.
+atomically into a run directory and resume exactly where they stopped, mid-epoch (the epoch's running
+loss and accuracy with it) or in validation included, so that the weights and every line of
+metrics.jsonl but its wall times are an uninterrupted run's. Ctrl-C saves and exits cleanly, and a
+non-finite loss stops the run, keeping the last good checkpoint. Every image is augmented under a
+seed of its own (its place in the epoch's order), so the result does not depend on the number of
+data-loading workers, and a resumed run draws what it would have.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitprune.adapters import find_adapter
 from vitprune.atomic import atomic_directory
-from vitprune.config import setting
-from vitprune.data import augmented, check_augmentation
-from vitprune.errors import VitpruneError, check_settings
+from vitprune.data import augmented
+from vitprune.errors import VitpruneError
 from vitprune.recipe import WEIGHTS_FILE, get_recipe, read_document, save
+from vitprune.training.config import TrainConfig
 from vitprune.training.distributed import (
     DistContext,
     all_reduce_sum,
@@ -57,90 +59,8 @@ MODEL_DIR = "model"
 STATE_FILE = "state.pt"
 METRICS_FILE = "metrics.jsonl"
 
-#: The optimizers a run can use.
-OPTIMIZERS = ("adamw", "sgd")
-
 #: ``criterion(images, outputs, targets) -> loss``; images are passed so a distillation loss can run its teacher.
 Criterion = Callable[[torch.Tensor, Any, torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class TrainConfig:
-    """Everything that determines a run's result (saved in each checkpoint and checked on resume)."""
-
-    epochs: int = setting(min=1, help="Training epochs.")
-    lr: float = setting(5e-4, help="Peak learning rate (after warm-up).")
-    batch_size: int = setting(64, short="-b", min=1, help="Global batch (split over processes).")
-    optimizer: str = setting("adamw", choices=OPTIMIZERS, help="Optimizer.")
-    momentum: float = setting(0.9, help="SGD momentum.")
-    weight_decay: float = setting(0.05, help="Weight decay.")
-    warmup_epochs: float = setting(0.0, help="Linear warm-up epochs.")
-    #: ``None``: a thousandth of ``lr``. Not scaled with the batch (DeiT scales only the peak lr).
-    warmup_lr: float | None = setting(None, help="Learning rate the warm-up starts from (default: lr / 1000).")
-    min_lr: float = setting(0.0, help="Learning rate the cosine schedule ends at.")
-    label_smoothing: float = setting(0.0, help="Label smoothing.")
-    mixup_alpha: float = setting(0.0, flag="--mixup", min=0.0, help="timm mixup alpha (0: off).")
-    cutmix_alpha: float = setting(0.0, flag="--cutmix", min=0.0, help="timm cutmix alpha (0: off).")
-    #: Applied by the training set's transform: :func:`vitprune.data.augmented` rebuilds it for the run.
-    auto_augment: str | None = setting(None, help="timm RandAugment/AutoAugment policy of the training images, e.g. "
-                                                  "rand-m9-mstd0.5-inc1 (DeiT's).")
-    re_prob: float = setting(0.0, min=0.0, max=1.0, help="Random-erasing probability (per-pixel noise, as DeiT).")
-    #: DeiT's RASampler / timm's RepeatAugSampler (:class:`~vitprune.training.sampler.ResumableSampler`).
-    aug_repeats: int = setting(1, min=1, help="Repeated augmentation: each image this many times in a row of "
-                                              "the epoch's order, spread over the processes (DeiT: 3; 1: off).")
-    #: ``None`` leaves the model's own (timm builds models with none).
-    drop_path: float | None = setting(None, min=0.0, max=1.0, help="Stochastic depth: the last block's drop-path "
-                                                                   "rate, rising from 0 at the first (timm's rule).")
-    clip_grad: float | None = setting(None, help="Max gradient norm.")
-    accum_steps: int = setting(1, min=1, help="Micro-batches per optimisation step.")
-    amp: bool = setting(True, help="Mixed precision on CUDA (ignored on CPU).")
-    ema_decay: float | None = setting(None, help="Keep an EMA of the weights with this decay.")
-    seed: int = setting(0, help="Seed of initialisation, data order and augmentation.")
-    checkpoint_every: int = setting(0, min=0, help="Steps between checkpoints (0: epochs).")
-    #: Not part of the result: each image is augmented under its own seed, whichever process loads it.
-    workers: int = setting(0, min=0, help="Data-loading worker processes per training process (persistent; "
-                                          "pinned memory on CUDA); the result does not depend on it.")
-
-    def validate(self) -> None:
-        """Raise a one-line error for settings that cannot run."""
-        check_settings([
-            (self.epochs >= 1, f"epochs must be at least 1, got {self.epochs}"),
-            (self.lr > 0, f"learning rate must be positive, got {self.lr}"),
-            (self.batch_size >= 1, f"batch size must be at least 1, got {self.batch_size}"),
-            (self.accum_steps >= 1, f"accumulation steps must be at least 1, got {self.accum_steps}"),
-            (self.optimizer in OPTIMIZERS, f"unknown optimizer {self.optimizer!r} (use adamw or sgd)"),
-            (self.ema_decay is None or 0 < self.ema_decay < 1, f"EMA decay must lie in (0, 1), got {self.ema_decay}"),
-            (self.checkpoint_every >= 0, "checkpoint_every must be >= 0 (0: at epoch ends only)"),
-            (self.mixup_alpha >= 0 and self.cutmix_alpha >= 0, "mixup and cutmix alphas must be >= 0"),
-            (self.warmup_lr is None or self.warmup_lr >= 0, f"warm-up lr must be >= 0, got {self.warmup_lr}"),
-            (0 <= self.re_prob <= 1, f"random-erasing probability must lie in [0, 1], got {self.re_prob}"),
-            (self.workers >= 0, f"workers must be >= 0, got {self.workers}"),
-            (self.aug_repeats >= 1, f"augmentation repeats must be at least 1, got {self.aug_repeats}"),
-            (self.drop_path is None or 0 <= self.drop_path < 1,
-             f"drop-path rate must lie in [0, 1), got {self.drop_path}"),
-        ])
-        check_augmentation(self.augment)
-
-    def at_batch(self, batch_size: int) -> TrainConfig:
-        """This run at another global batch, its peak learning rate scaled with it (DeiT's and the papers' rule,
-        ``lr = base_lr · batch / 512``: presets state the lr for their own batch)."""
-        return replace(self, batch_size=batch_size, lr=scaled_lr(self.lr, self.batch_size, batch_size))
-
-    @property
-    def augment(self) -> dict[str, Any]:
-        """The training images' random augmentation, as :func:`vitprune.data.build_dataset` and
-        :func:`vitprune.data.augmented` take it."""
-        return {"auto_augment": self.auto_augment, "re_prob": self.re_prob}
-
-    @property
-    def mixes(self) -> bool:
-        """Whether batches are mixed (mixup or cutmix)."""
-        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
-
-    def label_loss(self) -> nn.CrossEntropyLoss:
-        """Cross-entropy on the labels, smoothed once: by ``label_smoothing``, or not at all where mixup/cutmix are on,
-        since timm's Mixup already folds the smoothing into the soft targets it returns."""
-        return nn.CrossEntropyLoss(label_smoothing=0.0 if self.mixes else self.label_smoothing)
 
 
 class TrainHooks:
@@ -167,11 +87,6 @@ class TrainHooks:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
-
-
-def scaled_lr(lr: float, batch_size: int, new_batch_size: int) -> float:
-    """A learning rate set for ``batch_size``, at ``new_batch_size``: linear in the global batch (DeiT's rule)."""
-    return lr * new_batch_size / batch_size
 
 
 def weight_decay_groups(model: nn.Module, weight_decay: float,
@@ -262,13 +177,19 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.ema = ModelEmaV3(model, decay=config.ema_decay) if config.ema_decay else None
         self.epoch, self.batch, self.step = 0, 0, 0
+        # The epoch so far (summed loss, top-1 hits, images, seconds), which a resumed epoch continues, and the same at
+        # the last step boundary, where an interrupt rolls back to; under torchrun each process's own.
+        self._tally = self._step_tally = _NO_TALLY
+        # An epoch whose training ended but whose validation and line in the log have not: a resumed run finishes it.
+        self._ended: dict[str, float] | None = None
         self._started = False
 
     # -- the loop -------------------------------------------------------------------------------
 
     def fit(self, *, resume: bool = False,
             on_batch: Callable[[Trainer, float, float], None] | None = None) -> list[dict]:
-        """Run to the last epoch; returns one stats dict per epoch run in this call.
+        """Run to the last epoch; returns one stats dict per epoch ended in this call (:func:`logged_epochs` reads
+        the run's every epoch).
 
         ``resume`` continues from the run directory's checkpoint, if there is one. ``on_batch`` is
         called after every micro-batch with the epoch's running loss and top-1 accuracy (the progress
@@ -281,17 +202,21 @@ class Trainer:
         restore = _set_drop_path(self.model, self.config.drop_path) if self.config.drop_path is not None else None
         self.model.train()
         try:
-            while self.epoch < self.config.epochs:
-                stats = self._run_epoch(on_batch)
-                self.epoch, self.batch = self.epoch + 1, 0
-                stats.update(self._validate())
+            while self.epoch < self.config.epochs or self._ended is not None:
+                if self._ended is None:
+                    self._ended = self._run_epoch(on_batch)
+                    self.epoch, self.batch = self.epoch + 1, 0
+                stats = {**self._ended, **self._validate()}
                 self.hooks.on_epoch_end(self, stats)
                 history.append(stats)
                 self._log(stats)
+                self._ended = None
                 self.save_checkpoint()
         except KeyboardInterrupt:
             # Partial accumulation is dropped: resuming is exact when the interrupt falls on a step boundary.
-            self.batch -= self.batch % self.config.accum_steps
+            if self.batch % self.config.accum_steps:
+                self.batch -= self.batch % self.config.accum_steps
+                self._tally = self._step_tally
             self.save_checkpoint()
             raise
         finally:
@@ -316,7 +241,7 @@ class Trainer:
     def _run_epoch(self, on_batch: Callable[[Trainer, float, float], None] | None) -> dict[str, float]:
         cfg, start = self.config, time.perf_counter()
         self.sampler.set_epoch(self.epoch, start=self.batch * self.local_batch)
-        loss_sum, correct, count = 0.0, 0, 0
+        loss_sum, correct, count, before = self._tally
         # The loader draws augmentation randomness as it fetches a batch, so the RNG state worth saving is
         # the one at the last batch boundary, not the one at the moment of an interrupt.
         self._boundary_rng = _rng_state()
@@ -328,20 +253,24 @@ class Trainer:
             if first_of_step:
                 self.hooks.on_step_start(self)
             loss, batch_correct = self._forward_backward(images, targets)
+            loss_sum, correct, count = loss_sum + loss * len(targets), correct + batch_correct, count + len(targets)
             self.batch += 1
+            self._tally = (loss_sum, correct, count, before + time.perf_counter() - start)
+            if self.batch % cfg.accum_steps == 0:
+                self._step_tally = self._tally
             last_of_step = self.batch % cfg.accum_steps == 0 or self.batch == self.batches_per_epoch
             if last_of_step:
                 self._optimizer_step()
-            loss_sum += loss * len(targets)
-            correct += batch_correct
-            count += len(targets)
             if on_batch is not None:
                 on_batch(self, loss_sum / count, correct / count)
             self._boundary_rng = _rng_state()
             if last_of_step and cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 \
                     and self.batch < self.batches_per_epoch:
                 self.save_checkpoint()
-        seconds = time.perf_counter() - start
+        # A resumed epoch's time is the interrupted calls' up to their last batch plus this call's, and its speed all
+        # its images over that time: images_per_s * seconds is the epoch's images, however many calls ran it.
+        seconds = before + time.perf_counter() - start
+        self._tally = self._step_tally = _NO_TALLY
         totals = reduce_metrics({"loss": loss_sum, "top1": correct}, count)
         return {"epoch": self.epoch + 1, "step": self.step, "loss": totals["loss"], "top1": totals["top1"],
                 "lr": self.optimizer.param_groups[0]["lr"], "seconds": seconds,
@@ -398,22 +327,31 @@ class Trainer:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def save_checkpoint(self) -> None:
-        """Write model (recipe format), optimizer, scheduler, scaler, EMA, RNG and position, atomically."""
+        """Write model (recipe format), optimizer, scheduler, scaler, EMA, RNG, position and the epoch's running sums,
+        atomically."""
         if self.run_dir is None:
             return
+        # Each process's sums, one row per rank, so that each resumes its own: summed into one they would reach the
+        # epoch's totals by another order of additions than an uninterrupted run, and differ from it by rounding.
+        tallies = torch.zeros(self.dist.world_size, len(_NO_TALLY), dtype=torch.float64)
+        tallies[self.dist.rank] = torch.tensor(self._tally, dtype=torch.float64)
+        tallies = all_reduce_sum(tallies)
         if self.dist.is_main:
-            self._write_checkpoint()
+            self._write_checkpoint(tallies)
         if self.dist.world_size > 1:
             torch.distributed.barrier()  # nobody reads or overwrites it before it is complete
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, tallies: torch.Tensor) -> None:
         with atomic_directory(self.run_dir / CHECKPOINT_DIR) as tmp:
             save(self.model, tmp / MODEL_DIR)
+            # After an epoch's training, not its validation (which a resumed run repeats), the generators' state is the
+            # one at its last batch too.
+            boundary = self.batch or self._ended is not None
             state = {
                 "config": asdict(self.config), "epoch": self.epoch, "batch": self.batch, "step": self.step,
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(), "rng": self._boundary_rng if self.batch else _rng_state(),
-                "hooks": self.hooks.state_dict(),
+                "scaler": self.scaler.state_dict(), "rng": self._boundary_rng if boundary else _rng_state(),
+                "hooks": self.hooks.state_dict(), "tally": tallies, "ended": self._ended,
             }
             torch.save(state, tmp / STATE_FILE)
             if self.ema is not None:
@@ -428,6 +366,11 @@ class Trainer:
         if saved != current:
             changed = ", ".join(sorted(k for k in saved if saved[k] != current.get(k)))
             raise VitpruneError(f"cannot resume {self.run_dir}: settings differ from the checkpoint's ({changed})")
+        tallies = state["tally"]
+        # Mid-epoch, each process continues its own share of the epoch, which another number of them would not have.
+        if state["batch"] and len(tallies) != self.dist.world_size:
+            raise VitpruneError(f"cannot resume {self.run_dir} mid-epoch on {self.dist.world_size} process(es): its "
+                                f"checkpoint was written by {len(tallies)}; resume it on {len(tallies)}")
         saved = read_document(path / MODEL_DIR)
         if get_recipe(self.model) is not None and saved["edits"] != get_recipe(self.model).to_dict()["edits"]:
             raise VitpruneError(f"cannot resume {self.run_dir}: the model's structure differs from the checkpoint's")
@@ -438,7 +381,9 @@ class Trainer:
         self.hooks.load_state_dict(state.get("hooks", {}))
         if self.ema is not None:
             safetensors.torch.load_model(self.ema.module, str(path / "ema.safetensors"), device=str(self.device))
-        self.epoch, self.batch, self.step = state["epoch"], state["batch"], state["step"]
+        self.epoch, self.batch, self.step, self._ended = state["epoch"], state["batch"], state["step"], state["ended"]
+        loss_sum, correct, count, seconds = tallies[self.dist.rank].tolist() if self.batch else _NO_TALLY
+        self._tally = self._step_tally = (loss_sum, int(correct), int(count), seconds)
         _set_rng_state(state["rng"])
 
     def _log(self, stats: dict[str, float]) -> None:
@@ -447,6 +392,17 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with (self.run_dir / METRICS_FILE).open("a") as f:
             f.write(json.dumps(stats) + "\n")
+
+
+def logged_epochs(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every epoch's statistics in ``run_dir``'s metrics.jsonl, those of interrupted earlier calls included
+    (:meth:`Trainer.fit` returns its own call's); none where there is no log."""
+    path = Path(run_dir) / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+#: An epoch's running sums before its first batch: loss, top-1 hits, images, seconds.
+_NO_TALLY = (0.0, 0, 0, 0.0)
 
 
 def _seed_all(seed: int) -> None:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitprune.errors import VitpruneError
-from vitprune.training.engine import TrainConfig, scaled_lr
-from vitprune.training.recover import DistillConfig
+from vitprune.training.config import DistillConfig, TrainConfig, scaled_lr
 
 #: The global batch a base learning rate is stated for (DeiT's rule).
 LR_REFERENCE_BATCH = 512
@@ -62,9 +61,9 @@ def _preset(name: str, *, distill: DistillConfig | None, source: str, doc: str, 
         lr = scaled_lr(base_lr, LR_REFERENCE_BATCH, batch)
     else:
         base_lr = scaled_lr(lr, batch, LR_REFERENCE_BATCH)
-    config = TrainConfig(lr=lr, **train)
-    config.validate()
-    return Preset(name=name, train=config, distill=distill, base_lr=base_lr, source=source, doc=doc)
+    # Not validated here, which would import torch and timm for its augmentation: a test validates every preset.
+    return Preset(name=name, train=TrainConfig(lr=lr, **train), distill=distill, base_lr=base_lr, source=source,
+                  doc=doc)
 
 
 _PRESETS = [

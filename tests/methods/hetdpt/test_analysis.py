@@ -101,6 +101,7 @@ def test_gradient_disparity_skips_removed_layers_and_rejects_empty_input():
         gradient_disparity(model, _digits_batches([4]), max_batches=0)
 
 
+@pytest.mark.slow
 def test_recovery_equals_independent_surgery_and_fine_tuning():
     model = _tiny()
     before = copy.deepcopy(model.state_dict())

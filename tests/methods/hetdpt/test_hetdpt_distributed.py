@@ -12,7 +12,8 @@ from conftest import max_diff, run_torchrun
 
 import vitprune
 from vitprune.methods.hetdpt.pipeline import (
-    FINETUNE_DIR, MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, run_hetdpt,
+    FINETUNE_DIR, MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SEARCH_DIR, SELECTION_FILE,
+    run_hetdpt,
 )
 
 
@@ -54,6 +55,6 @@ def test_two_processes_shard_the_statistics_and_training_and_reach_one_process_r
     # Each TE pass of the pipeline (Step 1 and Step 2) gave each process its share of the 23 images.
     assert ranks[0]["shares"] == [12, 12] and ranks[1]["shares"] == [11, 11]
     # Only rank 0 writes.
-    assert ranks[0]["written"] == sorted([POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE, FINETUNE_DIR,
-                                          MODEL_DIR, REPORT_FILE])
+    assert ranks[0]["written"] == sorted([POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SEARCH_DIR, SELECTION_FILE,
+                                          FINETUNE_DIR, MODEL_DIR, REPORT_FILE])
     assert ranks[1]["written"] is None

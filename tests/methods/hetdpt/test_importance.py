@@ -77,6 +77,7 @@ def test_removes_exactly_the_requested_layers_lowest_first_within_type(small):
     assert selection.model is not model
 
 
+@pytest.mark.slow
 def test_candidates_restrict_the_choice(small):
     model, train = small
     selection = select_layers(model, train, CONFIG, attention=2, activation=1,
@@ -86,6 +87,7 @@ def test_candidates_restrict_the_choice(small):
         select_layers(model, train, CONFIG, attention=3, activation=0, candidates={"attention": [1, 3]})
 
 
+@pytest.mark.slow
 def test_cross_type_baseline_compares_all_layers(small):
     model, train = small
     selection = select_layers_across_types(model, train, CONFIG, budget=3, milestones=[3, 9, 15])
@@ -97,6 +99,7 @@ def test_cross_type_baseline_compares_all_layers(small):
         select_layers_across_types(model, train, CONFIG, budget=9)
 
 
+@pytest.mark.slow
 def test_late_milestones_still_reach_the_target(small):
     model, train = small
     selection = select_layers(model, train, CONFIG, attention=1, activation=1, milestones=[500, 600])
@@ -106,6 +109,7 @@ def test_late_milestones_still_reach_the_target(small):
         select_layers(model, train, CONFIG, attention=1, activation=1, milestones=[5])
 
 
+@pytest.mark.slow
 def test_no_layer_goes_during_the_warm_up(small):
     """Default milestones start after the warm-up: a removal while the learning rate is still rising would judge
     layers by importance scores that have barely moved."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -70,8 +71,11 @@ def test_controller_raises_lambda_over_budget_and_floors_it_at_zero(setting):
     hooks.last = {"expected_exact_share": share + 0.2, "hardened_share": share + 0.4}
     hooks.on_step_start(trainer)
     assert hooks.scale == pytest.approx(1.0 + 0.1 * 0.4)  # the larger of expected and hardened cost
+    hooks.on_step_start(trainer)  # the same step again (a resumed run restarts it): λ moved once already
+    assert hooks.scale == pytest.approx(1.0 + 0.1 * 0.4)
     hooks.last = {"expected_exact_share": share - 0.9, "hardened_share": share - 0.9}
-    for _ in range(200):
+    for step in range(2, 202):
+        trainer.step = step
         hooks.on_step_start(trainer)
     assert hooks.scale == 0.0
     assert hooks.state_dict()["scale"] == 0.0
@@ -177,3 +181,25 @@ def test_pipeline_extracts_what_the_gates_decided(setting, tmp_path):
     assert_written(report, tmp_path / hiap_pipeline.REPORT_FILE)
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
         hiap_pipeline.run_hiap(model, train, val, run_dir=tmp_path, train=TRAIN)
+
+
+@pytest.mark.parametrize("stop", [4, 5], ids=["inside-step-4", "inside-step-5"])
+def test_a_ctrl_c_inside_a_step_resumes_to_the_uninterrupted_gates(setting, tmp_path, monkeypatch, stop):
+    """The λ scale moves at a step's start; the interrupted step starts again on resume and must not move it twice.
+    Periodic checkpoints every step, so the resumed run restarts from the interrupted step itself."""
+    from interrupts import Batches
+
+    model, train, val = setting
+    config = HiAPConfig(target_macs=0.7 * count_macs(model).macs)
+    train_config = dataclasses.replace(TRAIN, checkpoint_every=1)
+    reference = copy.deepcopy(model)
+    ref_gates, ref_history = train_gates(reference, train, config, train_config, run_dir=tmp_path / "a")
+    with monkeypatch.context() as patch:
+        Batches(patch, stop=stop)
+        with pytest.raises(KeyboardInterrupt):
+            train_gates(copy.deepcopy(model), train, config, train_config, run_dir=tmp_path / "b")
+    resumed = copy.deepcopy(model)
+    gates, history = train_gates(resumed, train, config, train_config, run_dir=tmp_path / "b", resume=True)
+    assert history[-1]["lambda_scale"] == ref_history[-1]["lambda_scale"]
+    for a, b in zip(ref_gates.parameters(), gates.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)

@@ -9,6 +9,7 @@ import functools
 import pytest
 import torch
 from reports import assert_written
+from torch.utils.data import Subset
 
 import vitprune
 from vitprune.data import build_dataset, build_loader
@@ -55,6 +56,7 @@ def test_static_run_is_the_schedule_it_reports(setting, tmp_path):
     assert_written(report, tmp_path / REPORT_FILE)
 
 
+@pytest.mark.slow
 def test_mac_target_adaptive_and_resume(setting, tmp_path, monkeypatch):
     model, train, val, calibration, config = setting
     target = 0.7 * count_macs(model).macs
@@ -70,6 +72,7 @@ def test_mac_target_adaptive_and_resume(setting, tmp_path, monkeypatch):
     assert again.pruned["macs_full"] <= first.pruned["macs_full"]  # a-STAR never keeps more
 
 
+@pytest.mark.slow
 def test_fine_tuning_is_reported(setting, tmp_path):
     model, train, val, calibration, config = setting
     report = run_star(model, train, val, calibration_set=calibration, run_dir=tmp_path,
@@ -106,3 +109,15 @@ def test_hand_set_rates_need_no_acs(setting, tmp_path):
         run_star(model, train, val, run_dir=tmp_path / "other", config=replace(config, rho=None, rates=rates[:3]))
     with pytest.raises(VitpruneError, match=r"keep rates must be in \(0, 1\]"):
         run_star(model, train, val, run_dir=tmp_path / "other", config=replace(config, rho=None, rates=[0.0] * 4))
+
+
+def test_a_stage_asking_for_more_images_than_the_data_has_uses_them_all_and_says_so(setting, tmp_path):
+    """Issue 38: 18 training images, yet the report said acs_images 500 and lrp_images 1280."""
+    model, train, val, calibration, config = setting
+    few = Subset(calibration, range(6))
+    lines: list[str] = []
+    report = run_star(model, train, val, calibration_set=few, run_dir=tmp_path, log=lines.append,
+                      config=replace(config, acs_images=500, lrp_images=1280), speed=SpeedConfig(enabled=False))
+    assert (report.config["acs_images"], report.config["lrp_images"]) == (6, 6)
+    assert "  acs images: the data has 6 images, not 500; using them all" in lines
+    assert "  lrp images: the data has 6 images, not 1280; using them all" in lines

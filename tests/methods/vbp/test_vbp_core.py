@@ -152,6 +152,7 @@ PAPER_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, ratio, params, macs", PAPER_ROWS, ids=["T45", "S50", "B55", "B20"])
 def test_paper_table1_params_and_macs(name, ratio, params, macs):
     model = _model(name)

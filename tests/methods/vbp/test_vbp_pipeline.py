@@ -87,6 +87,7 @@ def test_baseline_without_compensation_needs_no_statistics(setting, tmp_path, mo
     assert report.criterion == "magnitude" and report.compensate is False
 
 
+@pytest.mark.slow
 def test_resume_reuses_statistics_and_selection(setting, tmp_path, monkeypatch):
     model, train, val, calibration, config = setting
     first = run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path, config=config)
@@ -129,8 +130,10 @@ def test_statistics_round_trip_and_a_corrupt_file(tmp_path):
 
 
 @pytest.mark.parametrize("change, pattern", [
-    ({"ratio": 0.0}, r"ratio must be in \(0, 1\]"),
-    ({"ratio": 1.5}, r"ratio must be in \(0, 1\]"),
+    ({"ratio": 0.0}, r"ratio must be in \(0, 1\)"),
+    ({"ratio": 1.0}, r"ratio must be in \(0, 1\), got 1.0: 1 would remove every MLP neuron"),
+    ({"ratio": 1.5}, r"ratio must be in \(0, 1\)"),
+    ({"ratio": 0.9999}, r"a ratio of 0.9999 removes all \d+ MLP neurons of the network"),  # ceil rounds up to all
     ({"criterion": "l1"}, "unknown criterion 'l1'"),
     ({"rounding": "up"}, "unknown rounding 'up'"),
     ({"distill": "kl"}, "unknown distill 'kl'"),

@@ -98,6 +98,7 @@ def test_plan_width_defaults_are_the_width_config_defaults():
     assert {k: defaults[k] for k in WidthConfig(ratio=0.5).plan_options()} == WidthConfig(ratio=0.5).plan_options()
 
 
+@pytest.mark.slow
 def test_a_ratio_that_empties_a_block_of_heads_is_refused_and_the_bisection_stays_below_it():
     """deit_tiny, 3 blocks of 3 heads: at ratio 0.9 with heads=1, 9 - int(9 * 0.1) = 9 heads would go (torch-pruning
     would then silently leave those blocks whole). A MAC target bisects to a ratio that leaves every block a head."""

@@ -3,53 +3,22 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from vitprune.config import setting
-from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
+from vitprune.methods.depth.config import DepthConfig
 from vitprune.methods.report import Report
 from vitprune.methods.stages import save_and_time
-from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, depth_requirements, prune_depth
+from vitprune.surgery import prune_depth
 from vitprune.training.distributed import DistContext
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_depth"
-
-
-@dataclass
-class DepthConfig:
-    """Which layers go and how (:func:`~vitprune.surgery.prune_depth`'s settings)."""
-
-    attention: list[int] = setting(default_factory=list,
-                                   help="Blocks whose attention sublayer goes, e.g. 0,3,7,8,11.")
-    activation: list[int] = setting(default_factory=list,
-                                    help="Blocks whose MLP activation goes (fc1 and fc2 merge).")
-    identity: str = setting("norm", choices=ATTENTION_IDENTITIES, help=IDENTITY_HELP)
-    fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
-    output_gelu: bool = setting(False, flag="--output-gelu", help=OUTPUT_GELU_HELP)
-
-    @property
-    def requires(self) -> tuple[str, ...]:
-        """What removing these layers needs of a model's family."""
-        return depth_requirements(self.attention, self.activation)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    def validate(self) -> None:
-        """Fail at once on a config that prunes nothing or names an unknown identity (indices are checked against
-        the model by :func:`~vitprune.surgery.prune_depth`)."""
-        if not self.attention and not self.activation:
-            raise VitpruneError("nothing to prune: give attention and/or activation block indices")
-        if self.identity not in ATTENTION_IDENTITIES:
-            raise VitpruneError(f"unknown identity {self.identity!r} (choose from: {', '.join(ATTENTION_IDENTITIES)})")
 
 
 @dataclass

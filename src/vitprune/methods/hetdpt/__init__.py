@@ -9,13 +9,16 @@ Stage 1, Step 1, the Model Accuracy Predictor: :func:`fit_predictor` fits it to 
 the layer of least transfer entropy (:func:`transfer_entropy`; :func:`rank_layers` is "TE-static").
 """
 
-from vitprune.methods.hetdpt.analysis import LAYER_TYPES, gradient_disparity, recovery_asymmetry
-from vitprune.methods.hetdpt.collect import INTERLEAVED_ORDERS, POINT_ALGORITHMS, collect_predictor_data
-from vitprune.methods.hetdpt.entropy import feature_entropy, rank_layers, transfer_entropy
-from vitprune.methods.hetdpt.plots import plot_gradient_disparity, plot_predictor, plot_recovery
-from vitprune.methods.hetdpt.predictor import (
-    PredictorFit, Split, fit_predictor, load_predictor, save_predictor, search_split,
-)
+from vitprune.lazy import lazy_exports
+from vitprune.methods.hetdpt.config import INTERLEAVED_ORDERS
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".analysis": ("LAYER_TYPES", "gradient_disparity", "recovery_asymmetry"),
+    ".collect": ("POINT_ALGORITHMS", "collect_predictor_data"),
+    ".entropy": ("feature_entropy", "rank_layers", "transfer_entropy"),
+    ".plots": ("plot_gradient_disparity", "plot_predictor", "plot_recovery"),
+    ".predictor": ("PredictorFit", "Split", "fit_predictor", "load_predictor", "save_predictor", "search_split"),
+})
 
 __all__ = [
     "INTERLEAVED_ORDERS", "LAYER_TYPES", "POINT_ALGORITHMS", "PredictorFit", "Split", "collect_predictor_data",

@@ -41,6 +41,7 @@ from vitprune.adapters import get_adapter
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
+from vitprune.methods.hetdpt.config import INTERLEAVED_ORDERS
 from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.stages import calibration_loader
 from vitprune.surgery import ATTENTION_IDENTITIES, prune_depth, remaining_layers
@@ -50,12 +51,6 @@ from vitprune.training.progress import progress_bar
 
 #: The ``algorithm`` of a point: the starting model, Algorithm 1 along one type, Algorithm 2.
 POINT_ALGORITHMS: tuple[str, ...] = ("dense", "attention", "activation", "interleaved")
-
-#: Which type each round of Algorithm 2 removes first.
-INTERLEAVED_ORDERS: dict[str, tuple[str, str]] = {
-    "attention-first": ("attention", "activation"),  # the paper's Algorithm 2
-    "activation-first": ("activation", "attention"),  # how the paper's DeiT-B data were collected
-}
 
 
 def collect_predictor_data(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,6 +107,23 @@ class _ProgressiveRemoval(TrainHooks):
         getattr(self.gates, kind)[block].set(False)
         self.history.append({"step": step, "type": kind, "block": block, "scores": scores})
 
+    def state_dict(self) -> dict[str, Any]:
+        # The masks are buffers of the model, saved with its weights; the removals' record is not.
+        return {"order": self.order, "history": self.history}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["order"] != self.order:
+            raise VitpruneError(f"cannot resume the layer search: its checkpoint removes {_removals(state['order'])}, "
+                                f"this run {_removals(self.order)}")
+        self.history = state["history"]
+
+
+def _removals(order: list[str | None]) -> str:
+    """``order`` in words: ``2 attention + 1 activation layers``, or ``3 layers`` of either type."""
+    if None in order:
+        return f"{len(order)} layers"
+    return " + ".join(f"{order.count(kind)} {kind}" for kind in LAYER_TYPES) + " layers"
+
 
 def _remaining(gates: DepthGates, kind: str, candidates: dict[str, Sequence[int]] | None) -> list[int]:
     pool = getattr(gates, kind)
@@ -116,15 +134,16 @@ def _remaining(gates: DepthGates, kind: str, candidates: dict[str, Sequence[int]
 def _run(model: nn.Module, train_set: Dataset, config: TrainConfig, order: list[str | None],
          pick_from: Callable[[DepthGates, str | None], list[tuple[str, int]]], *, identity: str, output_gelu: bool,
          milestones: list[int] | None, prune_fraction: float, device: torch.device | str | None,
-         on_batch: Callable | None, dist: DistContext | None) -> Selection:
+         on_batch: Callable | None, dist: DistContext | None, run_dir: str | Path | None = None,
+         resume: bool = False) -> Selection:
     if milestones is not None and (len(milestones) != len(order) or list(milestones) != sorted(milestones)):
         raise VitpruneError(f"give {len(order)} milestones in increasing order, got {list(milestones)}")
     work = copy.deepcopy(model)
     gates = add_depth_gates(work, identity=identity, output_gelu=output_gelu)
     hooks = _ProgressiveRemoval(gates, order, list(milestones) if milestones else None, prune_fraction,
                                 lambda turn: pick_from(gates, turn))
-    trainer = Trainer(work, train_set, config, hooks=hooks, device=device, dist=dist)
-    trainer.fit(on_batch=on_batch)
+    trainer = Trainer(work, train_set, config, run_dir=run_dir, hooks=hooks, device=device, dist=dist)
+    trainer.fit(resume=resume, on_batch=on_batch)
     while len(hooks.history) < len(order):  # milestones past the last step: remove the rest at the end
         hooks.remove(trainer.step)
     importance = {kind: {str(b): v for b, v in scores.items()} for kind, scores in gates.importance().items()}
@@ -137,7 +156,8 @@ def select_layers(model: nn.Module, train_set: Dataset, config: TrainConfig, *, 
                   candidates: dict[str, Sequence[int]] | None = None, identity: str = "norm",
                   output_gelu: bool = False, milestones: list[int] | None = None, prune_fraction: float = 0.5,
                   device: torch.device | str | None = None, on_batch: Callable | None = None,
-                  dist: DistContext | None = None) -> Selection:
+                  dist: DistContext | None = None, run_dir: str | Path | None = None,
+                  resume: bool = False) -> Selection:
     """Train a gated copy of ``model`` and remove ``attention`` + ``activation`` layers by within-type importance.
 
     Removals interleave the types (:func:`interleaved_order`) at ``milestones`` (optimisation steps;
@@ -146,7 +166,8 @@ def select_layers(model: nn.Module, train_set: Dataset, config: TrainConfig, *, 
     ``output_gelu`` are :func:`~vitprune.surgery.add_depth_gates`'s: the gated copy computes what
     :func:`~vitprune.surgery.prune_depth` with them would build, so the search trains the function
     the pruned model has. The caller's model is not changed; the returned :class:`Selection` holds
-    the trained, gated copy.
+    the trained, gated copy. ``run_dir`` keeps the training's checkpoints (with the removals so far), from which
+    ``resume`` continues to the same choice and weights as an uninterrupted search.
 
     Under torchrun (``dist``) the training is data-parallel: the importance scores are parameters of
     the gated copy, so DDP averages their gradients with the weights', every process holds the same
@@ -163,7 +184,7 @@ def select_layers(model: nn.Module, train_set: Dataset, config: TrainConfig, *, 
 
     return _run(model, train_set, config, interleaved_order(attention, activation), pick_from, identity=identity,
                 output_gelu=output_gelu, milestones=milestones, prune_fraction=prune_fraction, device=device,
-                on_batch=on_batch, dist=dist)
+                on_batch=on_batch, dist=dist, run_dir=run_dir, resume=resume)
 
 
 def select_layers_across_types(model: nn.Module, train_set: Dataset, config: TrainConfig, *, budget: int,

@@ -6,6 +6,8 @@ interrupted run picks up where it stopped and a finished stage is never redone:
     run_dir/predictor_points.json   Step 1 data: (a, t, top-1) per prune -> fast fine-tune -> evaluate round
     run_dir/predictor.json          the fitted predictor (reusable for any budget: --predictor)
     run_dir/predictor.png           its accuracy surface, the budget line and the chosen split
+    run_dir/search/                 Step 2's training of the gated model (checkpoints with the removals so far,
+                                    metrics.jsonl)
     run_dir/selection.json          Step 2: the chosen blocks and their importance scores
     run_dir/finetune/               Stage 2 fine-tuning run (checkpoints, metrics.jsonl)
     run_dir/model/                  the pruned, fine-tuned and merged model (recipe + weights; fc1 and fc2 kept
@@ -16,9 +18,10 @@ interrupted run picks up where it stopped and a finished stage is never redone:
 from __future__ import annotations
 
 import copy
+import functools
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,102 +31,30 @@ from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
-from vitprune.config import setting
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
-from vitprune.methods.hetdpt.collect import INTERLEAVED_ORDERS, collect_predictor_data
+from vitprune.methods.hetdpt.collect import collect_predictor_data
+from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
 from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers, shortlist_size
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import PredictorFit, fit_predictor, load_predictor, save_predictor, search_split
 from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, calibration_loader, prepare_run_dir, recover, time_against
-from vitprune.recipe import RUN_MODEL_DIR, save
-from vitprune.surgery import (
-    ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, merge_linear_mlps, prune_depth, remaining_layers,
-    remove_depth_gates,
+from vitprune.methods.stages import (
+    Stages, available_images, calibration_loader, prepare_run_dir, recover, time_against,
 )
-from vitprune.training import KINDS, TrainConfig, evaluate
+from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates
+from vitprune.training import TrainConfig, evaluate
 from vitprune.training.distributed import DistContext, on_main
 
 #: What HetDPT needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
 REQUIRES = ("attention_removal", "activation_removal", "gates")
 POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE = (
     "predictor_points.json", "predictor.json", "predictor.png", "selection.json")
-FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
-
-
-@dataclass
-class HetDPTConfig:
-    """Every setting of the pipeline; :func:`preset` gives tested starting points, :func:`configure` changes them."""
-
-    #: What a removed attention leaves (:data:`vitprune.surgery.ATTENTION_IDENTITIES`).
-    identity: str = setting("norm", choices=ATTENTION_IDENTITIES, help=IDENTITY_HELP)
-    #: The reference code's GELU on the output of every block that lost both layers (compatibility only: the
-    #: paper's block has none). Where it is on, Steps 1 and 2 apply it as the pruned model does (TE, the fast
-    #: fine-tunes, the gated search), so that they measure and train the function Stage 2 fine-tunes.
-    output_gelu: bool = setting(False, flag="--output-gelu", help=OUTPUT_GELU_HELP)
-    # Step 1: predictor data and fit.
-    #: Fast fine-tune after each removal while collecting predictor data.
-    probe: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, lr=5e-5, batch_size=128))
-    #: Class-balanced training subset the fast fine-tunes run on (``None``: the whole training set).
-    probe_images: int | None = setting(None, min=1, help="Class-balanced training images each predictor point's fast "
-                                                         "fine-tune runs on.")
-    #: Training images the transfer entropy is estimated on.
-    te_images: int = setting(2048, min=1, help="Calibration images transfer entropy is estimated on.")
-    #: Layers per type removed by the single-type sweeps (Algorithm 1); ``None``: the budget, at most L.
-    sweep_layers: int | None = None
-    #: Rounds of the interleaved sweep (Algorithm 2), one layer of each type per round; ``None``: budget // 2,
-    #: which reaches the even split on the budget line.
-    interleaved_rounds: int | None = None
-    #: Which type the interleaved sweep removes first in each round.
-    interleaved_order: str = "attention-first"
-    degrees: tuple[int, ...] = (1, 2, 3, 4)
-    min_per_type: int = setting(0, min=0, help="Predictor search: remove at least this many of each type.")
-    # Step 2: learnable importance.
-    search: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=20, lr=5e-5, batch_size=128))
-    prune_fraction: float = 0.5
-    #: Step 2 chooses each type's layers among its lowest-TE ones (one TE pass from the model it starts from, on
-    #: ``te_images`` calibration images): this share of the type's layers, rounded, but at least as many as it
-    #: removes (:func:`~vitprune.methods.hetdpt.importance.shortlist_size`). Our reading of the reference code's
-    #: hard-coded candidate lists, which hold 8 of DeiT's 12 blocks per type and look TE-ranked (the ablation's
-    #: "TE + Step 2"): the share 2/3, so 8 of 12 blocks, and as many in proportion at other depths. 1: every layer
-    #: is a candidate (no TE).
-    shortlist: float = setting(2 / 3, min=0, max=1, help="Step 2 chooses among each type's lowest-TE layers, this "
-                                                      "share of them (2/3: the reference code's 8 of 12); 1: all.")
-    # Stage 2: fine-tuning (``None``: prune and merge only, e.g. when a chain fine-tunes later).
-    finetune: TrainConfig | None = field(default_factory=lambda: TrainConfig(epochs=100, lr=5e-5, batch_size=128,
-                                                                      warmup_epochs=5))
-    distill: str = setting("none", choices=KINDS, help="Self-distillation from the unpruned model in Stage 2.")
-    alpha: float = 0.5
-    tau: float = 1.0
-    #: Stage 2 starts from the ``original`` weights (the reference code) or from the Step-2 ``search`` ones.
-    init: str = "original"
-    #: Stage 2 ends by merging each fc1·fc2 pair whose GELU went into one Linear (exact). Off, ``model/`` keeps
-    #: them apart (recipe edits ``remove_activation`` with ``merge=False``), so that a recovery run elsewhere
-    #: (``vitprune finetune``, a chain's fine-tune step) trains the two linears as the paper's Stage 2 does;
-    #: ``vitprune prune merge`` (:func:`~vitprune.methods.hetdpt.merge.run_merge`) merges them afterwards.
-    merge: bool = setting(True, help="End by merging each fc1·fc2 pair whose GELU went; --no-merge keeps them "
-                                     "apart for a later fine-tune, then `vitprune prune merge`.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    def validate(self) -> None:
-        """Fail at once, not after hours of earlier stages, on a setting a later stage would reject."""
-        choices = {"identity": ATTENTION_IDENTITIES, "distill": KINDS, "init": ("original", "search"),
-                   "interleaved_order": INTERLEAVED_ORDERS}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
-        if not 0 < self.shortlist <= 1:
-            raise VitpruneError(f"shortlist is a share of each type's layers, in (0, 1]; got {self.shortlist}")
-        for stage in (self.probe, self.search, self.finetune):
-            if stage is not None:
-                stage.validate()
+SEARCH_DIR, FINETUNE_DIR, MODEL_DIR = "search", "finetune", RUN_MODEL_DIR
 
 
 @dataclass
@@ -182,39 +113,9 @@ def preset(name: str) -> HetDPTConfig:
     raise VitpruneError(f"unknown HetDPT preset {name!r} (choose from: digits, imagenet-hetdpt, imagenet)")
 
 
-@dataclass(frozen=True)
-class StageOverrides:
-    """Shortcuts into a preset's stage configs (``None``: the preset's value), for :func:`configure`."""
-
-    epochs: int | None = setting(None, min=1, help="Stage-2 fine-tuning epochs.")
-    search_epochs: int | None = setting(None, min=1, help="Step-2 importance epochs.")
-    probe_epochs: int | None = setting(None, min=1, help="Fast fine-tune epochs per predictor point.")
-    lr: float | None = setting(None, help="Stage-2 peak learning rate (default: the preset's, scaled with the batch).")
-    batch_size: int | None = setting(None, short="-b", min=1,
-                                     help="Global batch for every stage; each stage's lr scales with it.")
-    workers: int | None = setting(None, min=0, help="Data-loading worker processes per training process, in every "
-                                                    "stage (the result does not depend on it).  [default: 0]")
-
-    def apply(self, config: HetDPTConfig) -> HetDPTConfig:
-        """``config`` with these changes; a new batch scales each stage's lr (:meth:`TrainConfig.at_batch`)
-        unless an lr is given."""
-        stages = {"probe": config.probe, "search": config.search, "finetune": config.finetune}
-        changes = {"probe": {"epochs": self.probe_epochs}, "search": {"epochs": self.search_epochs},
-                   "finetune": {"epochs": self.epochs, "lr": self.lr}}
-        for stage in changes.values():
-            stage["workers"] = self.workers
-        for stage, train in stages.items():
-            if train is None:
-                continue
-            if self.batch_size is not None:
-                train = train.at_batch(self.batch_size)
-            stages[stage] = replace(train, **{k: v for k, v in changes[stage].items() if v is not None})
-        return replace(config, **stages)
-
-
 #: The :class:`StageOverrides` that reach Steps 1 and 2 (a HetDPT run without its own Stage 2, such as a chain
 #: step, takes only these).
-STEP_OVERRIDES = ("probe_epochs", "search_epochs", "batch_size", "workers")
+STEP_OVERRIDES = ("probe_epochs", "search_epochs", "batch_size", "workers", "seed")
 
 
 def configure(name: str, **settings: Any) -> HetDPTConfig:
@@ -282,7 +183,10 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     config.validate()
     speed.validate()
     check_budget(model, budget, split)
-    run_dir = prepare_run_dir(run_dir, resume)
+    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=config.search.seed)
+    config = available_images(config, calibration_set if calibration_set is not None else train_set, ("te_images",),
+                              log)
+    config = available_images(config, train_set, ("probe_images",), log)
     if predictor is not None and not on_main(Path(predictor).is_file):
         raise VitpruneError(f"predictor file {predictor} does not exist")
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -372,12 +276,13 @@ def _reused_predictor(reuse: str | Path | None, path: Path, resume: bool) -> Pre
 def _step2(model: nn.Module, train_set: Dataset, te_set: Dataset, split: tuple[int, int], config: HetDPTConfig,
            run_dir: Path, device: torch.device, resume: bool, dist: DistContext | None) -> dict[str, Any]:
     path = run_dir / SELECTION_FILE
-    if resume and config.init == "original":
-        saved = on_main(lambda: read_json(path) if path.exists() else None)
-        if saved is not None and (len(saved["attention"]), len(saved["activation"])) == split:
-            return saved
-    # A fine-tuning run left by an earlier selection would resume into the wrong structure.
-    on_main(lambda: shutil.rmtree(run_dir / FINETUNE_DIR, ignore_errors=True))
+    saved = on_main(lambda: read_json(path) if resume and path.exists() else None)
+    if saved is not None and (len(saved["attention"]), len(saved["activation"])) != split:
+        # The search and fine-tune of another split would resume into the wrong layers and structure.
+        for name in (SEARCH_DIR, FINETUNE_DIR):
+            on_main(functools.partial(shutil.rmtree, run_dir / name, ignore_errors=True))
+    elif saved is not None and config.init == "original":
+        return saved
     candidates = te = None
     if config.shortlist < 1:
         batches = list(calibration_loader(te_set, config.te_images, 64, 0, dist=dist))
@@ -389,7 +294,8 @@ def _step2(model: nn.Module, train_set: Dataset, te_set: Dataset, split: tuple[i
                       for (kind, scores), removing in zip(te.items(), split)}
     result = select_layers(model, train_set, config.search, attention=split[0], activation=split[1],
                            candidates=candidates, identity=config.identity, output_gelu=config.output_gelu,
-                           prune_fraction=config.prune_fraction, device=device, dist=dist)
+                           prune_fraction=config.prune_fraction, device=device, dist=dist, run_dir=run_dir / SEARCH_DIR,
+                           resume=resume)
     te_json = None if te is None else {kind: {str(b): v for b, v in scores.items()} for kind, scores in te.items()}
     selection = {**result.to_dict(), "candidates": candidates, "transfer_entropy": te_json}
     on_main(lambda: write_json(path, selection))

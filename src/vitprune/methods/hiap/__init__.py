@@ -6,14 +6,17 @@ single-phase training with the budget controller (:mod:`~vitprune.methods.hiap.s
 extraction (:mod:`~vitprune.methods.hiap.extract`) and the pipeline (:mod:`~vitprune.methods.hiap.pipeline`).
 """
 
-from vitprune.methods.hiap.cost import (
-    COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes, unit_costs,
-)
-from vitprune.methods.hiap.extract import extract
-from vitprune.methods.hiap.gated import GatedForward
-from vitprune.methods.hiap.gates import FAMILIES, HiAPGates, LayerShape, gumbel_sigmoid, temperature
-from vitprune.methods.hiap.pipeline import TRAIN_DEFAULTS, HiAPReport, run_hiap
-from vitprune.methods.hiap.search import HiAPConfig, budget_threshold, layer_summary, train_gates
+from vitprune.lazy import lazy_exports
+from vitprune.methods.hiap.config import COST_MODELS, TRAIN_DEFAULTS, HiAPConfig
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".cost": ("cost_penalty", "dense_cost", "feasibility", "gate_cost", "layer_shapes", "unit_costs"),
+    ".extract": ("extract",),
+    ".gated": ("GatedForward",),
+    ".gates": ("FAMILIES", "HiAPGates", "LayerShape", "gumbel_sigmoid", "temperature"),
+    ".pipeline": ("HiAPReport", "run_hiap"),
+    ".search": ("budget_threshold", "layer_summary", "train_gates"),
+})
 
 __all__ = [
     "COST_MODELS", "FAMILIES", "TRAIN_DEFAULTS", "GatedForward", "HiAPConfig", "HiAPGates", "HiAPReport", "LayerShape",

@@ -23,9 +23,8 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
+from vitprune.methods.hiap.config import COST_MODELS
 from vitprune.methods.hiap.gates import LayerShape
-
-COST_MODELS = ("paper", "exact")
 
 
 def layer_shapes(model: nn.Module) -> list[LayerShape]:

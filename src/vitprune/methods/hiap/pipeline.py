@@ -14,7 +14,6 @@ As the paper, the extracted model is not fine-tuned again (``vitprune finetune``
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,16 +31,16 @@ from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.methods.hiap.plots import plot_architecture
+from vitprune.methods.hiap.config import HiAPConfig
 from vitprune.methods.hiap.search import (
-    HiAPConfig, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
+    BUDGET_TOLERANCE, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
 from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import Stages, prepare_run_dir, time_against
 from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.distributed import DistContext, on_main
-from vitprune.training.engine import METRICS_FILE
-from vitprune.training.presets import get_preset
+from vitprune.training.engine import logged_epochs
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
 PLOT_FILE = "architecture.png"
@@ -49,18 +48,11 @@ PLOT_FILE = "architecture.png"
 #: has attention, and their value dimensions where it can give heads their own widths (``layer_shapes``).
 REQUIRES = ("gates", "ffn_width")
 
-#: The paper's training recipe on ImageNet (:mod:`vitprune.training.presets`).
-PRESET = "imagenet-hiap"
-#: HiAP's training settings besides the epochs, by default: the paper's schedule of :data:`PRESET` (AdamW at 5e-5,
-#: batch 256, no warm-up) without its augmentation; ``vitprune prune hiap`` and a chain's ``hiap`` step take
-#: theirs from here.
-TRAIN_DEFAULTS: dict[str, Any] = {key: getattr(get_preset(PRESET).train, key)
-                                  for key in ("lr", "batch_size", "warmup_epochs")}
 
 
 @dataclass
 class HiAPReport(Report):
-    """What :func:`run_hiap` did and measured (its config is :class:`~vitprune.methods.hiap.search.HiAPConfig`);
+    """What :func:`run_hiap` did and measured (its config is :class:`~vitprune.methods.hiap.config.HiAPConfig`);
     ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
     target_macs: float | None
@@ -96,7 +88,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
              config: HiAPConfig | None = None, device: torch.device | str | None = None, progress: bool = False,
              log: Callable[[str], None] = lambda _msg: None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
              resume: bool = False, speed: SpeedConfig = SpeedConfig(),
-             budget_tolerance: float = 0.02, dist: DistContext | None = None) -> HiAPReport:
+             budget_tolerance: float = BUDGET_TOLERANCE, dist: DistContext | None = None) -> HiAPReport:
     """HiAP on a copy of ``model``: train it with its gates for ``train``'s epochs, extract it; returns the report.
 
     With ``config.target_macs`` the controller steers λ towards the budget and the extraction's
@@ -113,7 +105,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     speed.validate()
     train.validate()
     fixed = fixed_macs(model, config.target_macs)
-    run_dir = prepare_run_dir(run_dir, resume)
+    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=train.seed)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device)
     stages = Stages(log)
@@ -123,7 +115,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     work = copy.deepcopy(model)
     gates, _ = stages.run("train weights and gates", lambda: train_gates(
         work, train_set, config, train, val_set=val_set, teacher=model, run_dir=run_dir / SEARCH_DIR, device=device,
-        resume=resume, progress=progress, on_epoch=on_epoch, dist=dist))
+        resume=resume, progress=progress, on_epoch=on_epoch, dist=dist, budget_tolerance=budget_tolerance))
     on_main(lambda: _save_gates(gates, run_dir / GATES_FILE))
     dense_macs = count_macs(model)
     threshold = 0.0
@@ -133,7 +125,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     predicted = hardened_macs(gates, fixed, threshold)
     stages.run("extract the pruned model", lambda: extract(work, gates, threshold))
     top1["extracted"] = evaluate(work, val_loader)["top1"]
-    history = on_main(lambda: _history(run_dir / SEARCH_DIR))  # every epoch, interrupted earlier calls' included
+    history = on_main(lambda: logged_epochs(run_dir / SEARCH_DIR))
     if history and "val_top1" in history[-1]:  # the hardened gates on the unextracted model
         top1["gated_last_epoch"] = history[-1]["val_top1"]
     summary = {"target_macs": config.target_macs, "threshold": threshold, "macs_predicted": predicted,
@@ -150,12 +142,6 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         model_dir=str(run_dir / MODEL_DIR), plot=str(run_dir / PLOT_FILE))
     on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
-
-
-def _history(search_dir: Path) -> list[dict[str, Any]]:
-    """Every epoch's statistics, those of earlier (interrupted) calls included."""
-    path = search_dir / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _save_gates(gates: HiAPGates, path: Path) -> None:

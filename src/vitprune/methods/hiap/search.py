@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vitprune.config import setting
-from vitprune.errors import VitpruneError, check_settings
+from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs, format_count
-from vitprune.methods.hiap.cost import COST_MODELS, cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
+from vitprune.methods.hiap.config import COST_MODELS, HiAPConfig
+from vitprune.methods.hiap.cost import cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
 from vitprune.methods.hiap.gated import GatedForward
 from vitprune.methods.hiap.gates import HiAPGates, temperature
 from vitprune.training import TrainConfig, Trainer, TrainHooks, weight_decay_groups
@@ -42,65 +41,6 @@ from vitprune.training.progress import training_progress
 
 #: Name of the gate module on the model while it trains.
 GATES_ATTR = "hiap_gates"
-
-
-@dataclass
-class HiAPConfig:
-    """HiAP's settings besides the training recipe; defaults are the paper's where it gives them (note §2)."""
-
-    #: Penalty weights (paper's best DeiT-S ratio 2:1); with ``target_macs`` they set the macro:micro ratio
-    #: and the controller's starting point.
-    lambda_macro: float = setting(0.9, help="Weight of the expected head cost (paper: 0.9).")
-    lambda_micro: float = setting(0.45, help="Weight of the expected value-dim and neuron cost (paper: 0.45).")
-    #: Total MACs per image (full convention) to reach; ``None``: the paper's fixed-λ penalty.
-    target_macs: float | None = setting(None, flag="--macs", scale=1e9,
-                                        help="Target GMACs per image (full convention): a controller steers the λ "
-                                             "(an extension).")
-    #: Dual-ascent step of the λ scale per optimisation step, per unit of cost-share error.
-    controller_rate: float = 0.05
-    cost_model: str = setting("paper", choices=COST_MODELS,
-                              help="paper (Eq. 5's constants) or exact (what extraction realises).")
-    hard: bool = setting(True, flag="--hard/--soft", help="Straight-through hard gates (the note's reading) or soft "
-                                                          "Gumbel-sigmoid ones in the forward pass.")
-    gate_init: float = 3.0
-    #: ``None``: ``10·max(1, |gate_init|)`` over the run's optimisation steps, so Adam (moving a parameter about
-    #: ``lr`` per step) can carry a logit across zero several times (note §2.2).
-    gate_lr: float | None = setting(None, help="Gate-logit learning rate (default: 10·|gate init| over the run's "
-                                               "steps).")
-    tau_start: float = 2.0
-    tau_end: float = 0.5
-    #: Feasibility (paper Eq. 8 and its siblings): minimum expected heads per layer, value-dim share per
-    #: open head, neuron share per open FFN, and the three penalty weights.
-    min_heads: float = 1.0
-    min_dims: float = 0.25
-    min_neurons: float = 0.1
-    beta_head: float = 5.0
-    beta_dim: float = 5.0
-    beta_ffn: float = 5.0
-    #: KD from the dense teacher: ``(1 − α)·CE + α·T²·KL`` (batch-mean), α_KD 0.7 and T 4 as the paper.
-    kd_alpha: float = 0.7
-    kd_tau: float = 4.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    def validate(self) -> None:
-        """Raise a one-line error for settings that cannot run."""
-        check_settings([
-            (self.cost_model in COST_MODELS, f"unknown cost model {self.cost_model!r} "
-                                             f"(choose from: {', '.join(COST_MODELS)})"),
-            (self.lambda_macro >= 0 and self.lambda_micro >= 0, "the penalty weights λ must be >= 0"),
-            (self.target_macs is None or self.lambda_macro + self.lambda_micro > 0,
-             "a MAC target needs a positive λ_macro or λ_micro to set the macro:micro ratio"),
-            (self.target_macs is None or self.target_macs > 0, "the MAC target must be positive"),
-            (self.controller_rate > 0, "the controller rate must be positive"),
-            (self.gate_lr is None or self.gate_lr > 0, "the gate learning rate must be positive"),
-            (0 < self.tau_end <= self.tau_start, "temperatures need 0 < tau_end <= tau_start"),
-            (min(self.min_heads, self.min_dims, self.min_neurons) >= 0, "minimum retentions must be >= 0"),
-            (min(self.beta_head, self.beta_dim, self.beta_ffn) >= 0, "feasibility weights must be >= 0"),
-            (0 <= self.kd_alpha <= 1 and self.kd_tau > 0, "KD needs 0 <= kd_alpha <= 1 and kd_tau > 0"),
-        ])
 
 
 def fixed_macs(model: nn.Module, target_macs: float | None = None) -> int:
@@ -151,7 +91,11 @@ def costs(gates: HiAPGates, fixed: int) -> dict[str, float]:
     return out
 
 
-def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance: float = 0.02) -> float:
+#: How far below its MAC target an extracted model may land (:func:`budget_threshold`).
+BUDGET_TOLERANCE = 0.02
+
+
+def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance: float = BUDGET_TOLERANCE) -> float:
     """The hardening threshold nearest the paper's 0 whose extracted model costs ``(1 − tolerance)·target`` to
     ``target`` MACs; if no threshold lands in that band, the one giving the largest model within the target.
 
@@ -187,12 +131,16 @@ class HiAPTraining(TrainHooks):
     """The engine hooks that sample and anneal the gates, add the penalties and steer λ."""
 
     def __init__(self, model: nn.Module, gates: HiAPGates, config: HiAPConfig, *, fixed_macs: int,
-                 gate_lr: float | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 gate_lr: float | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
+                 budget_tolerance: float = BUDGET_TOLERANCE) -> None:
         self.gates, self.config, self.fixed = gates, config, fixed_macs
+        self.budget_tolerance = budget_tolerance
         self.gated = GatedForward(model)
         self.dense = dense_cost(gates.shapes)
         self.share = None if config.target_macs is None else (config.target_macs - fixed_macs) / self.dense
         self.scale = 1.0
+        #: The step whose start last moved the λ scale.
+        self.steered = -1
         self.tau = config.tau_start
         self.on_epoch = on_epoch
         self.gate_lr = gate_lr or config.gate_lr
@@ -220,9 +168,11 @@ class HiAPTraining(TrainHooks):
         self.tau = temperature(trainer.step, total, start=self.config.tau_start, end=self.config.tau_end)
         device = next(self.gates.parameters()).device
         self._generator = torch.Generator(device=device).manual_seed(trainer.config.seed * 1_000_003 + trainer.step)
-        if self.share is not None and "hardened_share" in self.last:
+        # Once per step: a run resumed from a Ctrl-C inside a step starts that step again, its λ already moved.
+        if self.share is not None and "hardened_share" in self.last and trainer.step != self.steered:
             current = max(self.last["expected_exact_share"], self.last["hardened_share"])
             self.scale = max(0.0, self.scale + self.config.controller_rate * (current - self.share))
+        self.steered = trainer.step
 
     def extra_loss(self, trainer: Trainer, images: torch.Tensor, outputs: Any) -> torch.Tensor:
         cfg = self.config
@@ -249,14 +199,20 @@ class HiAPTraining(TrainHooks):
                       **{f"macs_{k}": v for k, v in costs(self.gates, self.fixed).items()},
                       **{k: self.last.get(k, math.nan) for k in ("penalty", "feasibility")}})
         stats["layers"] = layer_summary(self.gates)
+        if self.config.target_macs is not None:  # what extraction would cut now: its threshold is not the paper's 0
+            try:
+                threshold = budget_threshold(self.gates, self.fixed, self.config.target_macs, self.budget_tolerance)
+                stats["macs_extracted"] = hardened_macs(self.gates, self.fixed, threshold)
+            except VitpruneError:  # no hardening fits the target yet
+                stats["macs_extracted"] = None
         if self.on_epoch is not None and trainer.dist.is_main:
             self.on_epoch(stats)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scale": self.scale, "last": dict(self.last)}
+        return {"scale": self.scale, "last": dict(self.last), "steered": self.steered}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scale, self.last = state.get("scale", 1.0), dict(state.get("last", {}))
+        self.scale, self.last, self.steered = state["scale"], dict(state["last"]), state["steered"]
 
 
 def gate_learning_rate(gate_init: float, images: int, train: TrainConfig) -> float:
@@ -268,8 +224,8 @@ def gate_learning_rate(gate_init: float, images: int, train: TrainConfig) -> flo
 def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train: TrainConfig, *,
                 val_set: Dataset | None = None, teacher: nn.Module | None = None, run_dir: str | Path | None = None,
                 device: torch.device | str | None = None, resume: bool = False, progress: bool = False,
-                on_epoch: Callable[[dict[str, Any]], None] | None = None,
-                dist: DistContext | None = None) -> tuple[HiAPGates, list[dict]]:
+                on_epoch: Callable[[dict[str, Any]], None] | None = None, dist: DistContext | None = None,
+                budget_tolerance: float = BUDGET_TOLERANCE) -> tuple[HiAPGates, list[dict]]:
     """Train ``model`` (in place) and its gates under the HiAP loss; returns the gates and the epoch history.
 
     ``teacher`` (default: a frozen copy of ``model`` as it is now) provides the KD targets. The model
@@ -285,7 +241,8 @@ def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train:
     teacher = make_teacher(teacher if teacher is not None else model)
     gates = HiAPGates(layer_shapes(model), init=config.gate_init)
     hooks = HiAPTraining(model, gates, config, fixed_macs=fixed, on_epoch=on_epoch,
-                         gate_lr=config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train))
+                         gate_lr=config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train),
+                         budget_tolerance=budget_tolerance)
     model.add_module(GATES_ATTR, gates)
     use_distillation_head(model, "soft")
     criterion = DistillationLoss(train.label_loss(), teacher, kind="soft",

@@ -6,10 +6,13 @@ The ACS keep-rate schedule (:mod:`~vitprune.methods.star.schedule`), the LRP int
 shared surgery (:func:`vitprune.surgery.prune_tokens`).
 """
 
-from vitprune.methods.star.lrp import inter_layer_scores
-from vitprune.methods.star.schedule import (
-    ANCHORS, apply_keep_rates, average_cosine_similarity, keep_rates, rho_for_macs,
-)
+from vitprune.lazy import lazy_exports
+from vitprune.methods.star.config import ANCHORS
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".lrp": ("inter_layer_scores",),
+    ".schedule": ("apply_keep_rates", "average_cosine_similarity", "keep_rates", "rho_for_macs"),
+})
 
 __all__ = [
     "ANCHORS", "apply_keep_rates", "average_cosine_similarity", "inter_layer_scores", "keep_rates", "rho_for_macs",

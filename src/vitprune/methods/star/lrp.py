@@ -103,7 +103,8 @@ class _BlockTrace:
     branch2: torch.Tensor
 
 
-def _check(model: nn.Module) -> None:
+def check_lrp(model: nn.Module) -> None:
+    """Raise a one-line :class:`UnsupportedArchitectureError` if relevance cannot be propagated through ``model``."""
     adapter = get_adapter(model)
     views = adapter.blocks()
     for view in views:
@@ -265,7 +266,7 @@ def inter_layer_scores(model: nn.Module, loader: Iterable[tuple[torch.Tensor, to
     images, and a shard may be empty) and the sums and counts are reduced over all processes, so
     every process returns the same scores.
     """
-    _check(model)
+    check_lrp(model)
     adapter = get_adapter(model)
     prefix, grid = adapter.num_prefix_tokens, adapter.grid_size
     device = next(model.parameters()).device

@@ -17,12 +17,10 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs
+from vitprune.methods.star.config import ANCHORS
 from vitprune.surgery import prune_tokens, set_token_prior
 from vitprune.training.distributed import DistContext, all_reduce_sum
 from vitprune.training.progress import track_batches
-
-ANCHORS = ("paper", "minmax")
-
 
 def average_cosine_similarity(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
                               max_images: int | None = 500, progress: bool = False,

@@ -4,9 +4,14 @@
 :func:`select_neurons` and :func:`prune_by_selection` (Steps 2 and 3).
 """
 
-from vitprune.methods.vbp.criteria import CRITERIA, magnitude_scores, neuron_scores, random_scores, snip_scores
-from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
-from vitprune.methods.vbp.statistics import PLACES, NeuronStats, hidden_mlps, mlp_statistics
+from vitprune.lazy import lazy_exports
+from vitprune.methods.vbp.config import CRITERIA, ROUNDINGS
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    ".criteria": ("magnitude_scores", "neuron_scores", "random_scores", "snip_scores"),
+    ".selection": ("prune_by_selection", "removal_count", "select_neurons"),
+    ".statistics": ("PLACES", "NeuronStats", "hidden_mlps", "mlp_statistics"),
+})
 
 __all__ = [
     "CRITERIA", "PLACES", "ROUNDINGS", "NeuronStats", "hidden_mlps", "magnitude_scores", "mlp_statistics",

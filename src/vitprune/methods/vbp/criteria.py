@@ -15,20 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitprune.errors import VitpruneError
+from vitprune.methods.vbp.config import CRITERIA
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
 from vitprune.training.distributed import DistContext, all_reduce_sum
 from vitprune.training.progress import track_batches
-
-#: Criterion name -> what it scores. ``variance`` is VBP; the rest are the paper's comparisons.
-CRITERIA = {
-    "variance": "post-activation variance (VBP)",
-    "pre-variance": "pre-activation variance, the output of fc1 (Table 7's ablation)",
-    "mean": "absolute post-activation mean: how large a neuron's output is, not how much it varies (a baseline "
-            "for the variance: a constant output, however large, is what the compensation restores)",
-    "magnitude": "L2 norm of the neuron's weights: fc1 row and bias, fc2 column (Table 3)",
-    "snip": "SNIP sensitivity |sum over tokens of dL/dh * h| on labelled batches (Table 3)",
-    "random": "uniform random scores (Table 6's row without the variance criterion)",
-}
 
 
 def magnitude_scores(model: nn.Module) -> dict[int, torch.Tensor]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,13 @@ from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
-from vitprune.config import setting
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.report import REPORT_FILE, Report
 from vitprune.methods.stages import (
     Stages,
+    available_images,
     cached,
     calibration_loader,
     prepare_run_dir,
@@ -41,69 +41,18 @@ from vitprune.methods.stages import (
     retention,
     time_against,
 )
-from vitprune.methods.vbp.criteria import CRITERIA, neuron_scores
-from vitprune.methods.vbp.selection import ROUNDINGS, prune_by_selection, removal_count, select_neurons
+from vitprune.methods.vbp.config import VBPConfig
+from vitprune.methods.vbp.criteria import neuron_scores
+from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
 from vitprune.recipe import RUN_MODEL_DIR, save
-from vitprune.training import KINDS, TrainConfig, evaluate
+from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, broadcast_object, on_main
-from vitprune.training.presets import get_preset
 
 #: What VBP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
 REQUIRES = ("ffn_width",)
 STATISTICS_FILE, SELECTION_FILE = "statistics.safetensors", "selection.json"
-#: The paper's fine-tuning recipe, the source of :class:`VBPConfig`'s fine-tuning defaults.
-PRESET = "imagenet-vbp"
-_RECIPE = get_preset(PRESET)
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
-
-
-@dataclass
-class VBPConfig:
-    """Every setting of the pipeline; the defaults are the paper's (ImageNet, DeiT)."""
-
-    ratio: float = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
-                           short="-p", required=True)
-    criterion: str = setting("variance", choices=CRITERIA,
-                             help="Neuron score: variance is VBP; the rest are baselines (docs/vbp.md).")
-    compensate: bool = setting(True, help="Fold the removed neurons' means into the next bias (mean-shift).")
-    rounding: str = "ceil"
-    #: 0, the paper's setting, lets an MLP lose all of its neurons.
-    min_width: int = setting(0, min=0, help="Neurons every MLP keeps (paper: 0).")
-    #: Drawn class-balanced; the statistics and SNIP are computed on them.
-    calibration_images: int | None = setting(None, min=2, help="Training images for the statistics (default: all, "
-                                                               "as the paper).")
-    calibration_batch: int = 64
-    seed: int = setting(0, help="Seed of the calibration subset, the random criterion and fine-tuning.")
-    #: Fine-tuning after pruning (``None``: none): the ``imagenet-vbp`` preset (:mod:`vitprune.training.presets`),
-    #: the paper's 10 epochs, AdamW, lr 1.5e-5, cosine, batch 32, weight decay 0.01, distillation from the
-    #: unpruned model.
-    finetune: TrainConfig | None = field(default_factory=lambda: get_preset(PRESET).train)
-    distill: str = _RECIPE.distill.distill
-    #: 1 is pure distillation (the note's reading of the paper's KD).
-    alpha: float = setting(_RECIPE.distill.alpha, help="Weight of the distillation term (1: distillation only).")
-    tau: float = setting(_RECIPE.distill.tau, help="Distillation temperature.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    def validate(self) -> None:
-        """Fail at once, before the statistics pass, on a setting a later stage would reject."""
-        if not 0 < self.ratio <= 1:
-            raise VitpruneError(f"the pruning ratio must be in (0, 1], got {self.ratio}")
-        for name, allowed in (("criterion", CRITERIA), ("rounding", ROUNDINGS), ("distill", KINDS)):
-            if getattr(self, name) not in allowed:
-                raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
-        if self.calibration_images is not None and self.calibration_images < 2:
-            raise VitpruneError(f"calibration needs at least 2 images, got {self.calibration_images}")
-        if self.finetune is not None:
-            self.finetune.validate()
-
-    @property
-    def needs_statistics(self) -> bool:
-        """Whether a post-activation statistics pass is needed: for the variance score or the compensation."""
-        return self.compensate or self.criterion in ("variance", "mean")
 
 
 @dataclass
@@ -155,20 +104,25 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     config = config or VBPConfig()
     config.validate()
     speed.validate()
-    removal_count((v.mlp.hidden_features for v in hidden_mlps(model)), config.ratio, rounding=config.rounding,
-                  min_width=config.min_width)
-    run_dir = prepare_run_dir(run_dir, resume)
+    widths = [v.mlp.hidden_features for v in hidden_mlps(model)]
+    if removal_count(widths, config.ratio, rounding=config.rounding, min_width=config.min_width) == sum(widths):
+        raise VitpruneError(f"a ratio of {config.ratio:g} removes all {sum(widths)} MLP neurons of the network, which "
+                            "leaves every MLP a constant; choose a lower ratio (whole MLPs go with `vitprune prune "
+                            "depth`)")
+    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=config.seed)
     if device is None:  # under torchrun, this process's device
         device = dist.device if dist is not None else next(model.parameters()).device
     device = torch.device(device)
     model = model.to(device)
     stages = Stages(log)
     stage = stages.run
+    calibration_set = calibration_set if calibration_set is not None else train_set
+    config = available_images(config, calibration_set, ("calibration_images",), log)
 
     val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stage("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
-    loader = calibration_loader(calibration_set if calibration_set is not None else train_set,
-                                config.calibration_images, config.calibration_batch, config.seed, dist=dist)
+    loader = calibration_loader(calibration_set, config.calibration_images, config.calibration_batch, config.seed,
+                                dist=dist)
 
     stats = None
     if config.needs_statistics:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
@@ -10,12 +9,9 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
+from vitprune.methods.vbp.config import ROUNDINGS
 from vitprune.methods.vbp.statistics import NeuronStats
 from vitprune.surgery import compensate_mean_shift, prune_mlp_neurons
-
-#: How ``ratio * total`` becomes a neuron count. ``ceil`` is the only one that reproduces every
-#: parameter count the paper prints (implementation note, section 1.4).
-ROUNDINGS = {"ceil": math.ceil, "floor": math.floor, "round": round}
 
 
 def removal_count(widths: Iterable[int], ratio: float, *, rounding: str = "ceil", min_width: int = 0) -> int:

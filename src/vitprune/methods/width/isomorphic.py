@@ -13,6 +13,7 @@ loads without pickle. The result equals torch-pruning's own pruned model (tested
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,14 +24,9 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
+from vitprune.methods.width.config import IMPORTANCES, WIDTH_WITHOUT, check_attention_shares, width_requirements
 from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
 from vitprune.training.distributed import all_reduce_sum
-
-#: Importance criteria, by name: what each ranks a channel group by.
-IMPORTANCES: dict[str, str] = {
-    "magnitude": "L1 norm of the group's weights (data-free)",
-    "taylor": "|weight · gradient| summed over the group (first-order Taylor; needs batches)",
-}
 
 
 def _torch_pruning():
@@ -61,21 +57,9 @@ class NoHeadLeftError(VitpruneError):
     """A width ratio that would remove every head of some block."""
 
 
-def check_attention_shares(heads: float, head_dims: float) -> None:
-    """``heads`` and ``head_dims`` (shares of the width ratio) in [0, 1]."""
-    for name, share in (("heads", heads), ("head_dims", head_dims)):
-        if not 0.0 <= share <= 1.0:
-            raise VitpruneError(f"{name} (a share of the width ratio) must be in [0, 1], got {share}")
-
-
-def width_requirements(embed: bool) -> tuple[str, ...]:
-    """What width pruning needs of a model's family (``embed``: the residual stream's channels too)."""
-    return ("head_width", "ffn_width", *(["embed_width"] if embed else []))
-
-
-def _check_supported(model: nn.Module, embed: bool) -> None:
+def _check_supported(model: nn.Module, embed: bool, heads: float, head_dims: float) -> None:
     adapter = get_adapter(model)
-    adapter.require(*width_requirements(embed), by="width pruning")
+    adapter.require(*width_requirements(embed, heads, head_dims), by="width pruning", without=WIDTH_WITHOUT)
     for view in adapter.blocks():
         if view.token_keep_rate is not None:
             raise UnsupportedArchitectureError(f"{view.name} prunes tokens; prune width before tokens")
@@ -109,7 +93,7 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     if not 0.0 <= ratio < 1.0:
         raise VitpruneError(f"width ratio must be in [0, 1), got {ratio}")
     check_attention_shares(heads, head_dims)
-    _check_supported(model, embed)
+    _check_supported(model, embed, heads, head_dims)
     work = copy.deepcopy(model).eval()
     adapter = get_adapter(work)
     views = adapter.blocks()
@@ -121,16 +105,20 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     # torch-pruning groups the q, k and v rows of a head; the query rows (first in a fused layout) name the head.
     attn = {v.attn.qkv.linears[0]: v.index for v in views if v.attn is not None}
     linears = tuple(linear for v in views if v.attn is not None for linear in v.attn.qkv.linears)
-    pruner = tp.pruner.MetaPruner(
-        work, example, importance=_importance(tp, importance), global_pruning=True, isomorphic=isomorphic,
-        pruning_ratio=ratio, ignored_layers=ignored, round_to=round_to,
-        num_heads={linear: v.attn.num_heads for v in views if v.attn is not None for linear in v.attn.qkv.linears},
-        prune_num_heads=heads > 0, head_pruning_ratio=heads * ratio, prune_head_dims=head_dims > 0,
-        # Head dimensions at their own ratio: one scope over every block's q, k and v. torch-pruning removes heads
-        # only from groups whose scope removes some channels, so heads alone rank in the ordinary scopes.
-        pruning_ratio_dict={linears: head_dims * ratio} if linears and 0 < head_dims < 1 else None,
-        # The token and position embeddings: torch-pruning must cut their channel dimension.
-        unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
+    with warnings.catch_warnings():
+        # Per-channel scales (LayerScale's and ConvNeXt's gamma) are parameters of no layer torch-pruning knows; it
+        # warns, then cuts their one dimension, which is the right one.
+        warnings.filterwarnings("ignore", message="Unwrapped parameters detected", category=UserWarning)
+        pruner = tp.pruner.MetaPruner(
+            work, example, importance=_importance(tp, importance), global_pruning=True, isomorphic=isomorphic,
+            pruning_ratio=ratio, ignored_layers=ignored, round_to=round_to,
+            num_heads={linear: v.attn.num_heads for v in views if v.attn is not None for linear in v.attn.qkv.linears},
+            prune_num_heads=heads > 0, head_pruning_ratio=heads * ratio, prune_head_dims=head_dims > 0,
+            # Head dimensions at their own ratio: one scope over every block's q, k and v. torch-pruning removes heads
+            # only from groups whose scope removes some channels, so heads alone rank in the ordinary scopes.
+            pruning_ratio_dict={linears: head_dims * ratio} if linears and 0 < head_dims < 1 else None,
+            # The token and position embeddings: torch-pruning must cut their channel dimension.
+            unwrapped_parameters=[(p, 2) for p in adapter.token_parameters()])
     if importance == "taylor":
         _set_gradients(work, gradients if gradients is not None else taylor_gradients(work, batches, loss_fn))
     fc1 = {v.mlp.fc1: v.index for v in views if not v.mlp.merged}
@@ -152,6 +140,7 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
         raise NoHeadLeftError(f"width ratio {ratio:.4g} with heads={heads} removes every head of "
                               f"{', '.join(emptied)}; lower the ratio or heads")
     return plan
+
 
 
 def _hide_head_parameters(views) -> None:

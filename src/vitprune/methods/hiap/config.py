@@ -1,0 +1,83 @@
+"""HiAP's settings, without torch: the command line builds its options from them (:mod:`vitprune.lazy`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vitprune.config import setting
+from vitprune.errors import check_settings
+from vitprune.training.presets import get_preset
+
+#: The cost models' names (:mod:`~vitprune.methods.hiap.cost`): Eq. 5's constants, or what extraction realises.
+COST_MODELS = ("paper", "exact")
+
+#: The paper's training recipe on ImageNet (:mod:`vitprune.training.presets`).
+PRESET = "imagenet-hiap"
+#: HiAP's training settings besides the epochs, by default: the paper's schedule of :data:`PRESET` (AdamW at 5e-5,
+#: batch 256, no warm-up) without its augmentation; ``vitprune prune hiap`` and a chain's ``hiap`` step take
+#: theirs from here.
+TRAIN_DEFAULTS: dict[str, Any] = {key: getattr(get_preset(PRESET).train, key)
+                                  for key in ("lr", "batch_size", "warmup_epochs")}
+
+
+@dataclass
+class HiAPConfig:
+    """HiAP's settings besides the training recipe; defaults are the paper's where it gives them (note §2)."""
+
+    #: Penalty weights (paper's best DeiT-S ratio 2:1); with ``target_macs`` they set the macro:micro ratio
+    #: and the controller's starting point.
+    lambda_macro: float = setting(0.9, help="Weight of the expected head cost (paper: 0.9).")
+    lambda_micro: float = setting(0.45, help="Weight of the expected value-dim and neuron cost (paper: 0.45).")
+    #: Total MACs per image (full convention) to reach; ``None``: the paper's fixed-λ penalty.
+    target_macs: float | None = setting(None, flag="--macs", scale=1e9,
+                                        help="Target GMACs per image (full convention): a controller steers the λ "
+                                             "(an extension).")
+    #: Dual-ascent step of the λ scale per optimisation step, per unit of cost-share error.
+    controller_rate: float = 0.05
+    cost_model: str = setting("paper", choices=COST_MODELS,
+                              help="paper (Eq. 5's constants) or exact (what extraction realises).")
+    hard: bool = setting(True, flag="--hard/--soft", help="Straight-through hard gates (the note's reading) or soft "
+                                                          "Gumbel-sigmoid ones in the forward pass.")
+    gate_init: float = 3.0
+    #: ``None``: ``10·max(1, |gate_init|)`` over the run's optimisation steps, so Adam (moving a parameter about
+    #: ``lr`` per step) can carry a logit across zero several times (note §2.2).
+    gate_lr: float | None = setting(None, help="Gate-logit learning rate (default: 10·|gate init| over the run's "
+                                               "steps).")
+    tau_start: float = 2.0
+    tau_end: float = 0.5
+    #: Feasibility (paper Eq. 8 and its siblings): minimum expected heads per layer, value-dim share per
+    #: open head, neuron share per open FFN, and the three penalty weights.
+    min_heads: float = 1.0
+    min_dims: float = 0.25
+    min_neurons: float = 0.1
+    beta_head: float = 5.0
+    beta_dim: float = 5.0
+    beta_ffn: float = 5.0
+    #: KD from the dense teacher: ``(1 − α)·CE + α·T²·KL`` (batch-mean), α_KD 0.7 and T 4 as the paper.
+    kd_alpha: float = 0.7
+    kd_tau: float = 4.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Raise a one-line error for settings that cannot run."""
+        check_settings([
+            (self.cost_model in COST_MODELS, f"unknown cost model {self.cost_model!r} "
+                                             f"(choose from: {', '.join(COST_MODELS)})"),
+            (self.lambda_macro >= 0 and self.lambda_micro >= 0, "the penalty weights λ must be >= 0"),
+            (self.target_macs is None or self.lambda_macro + self.lambda_micro > 0,
+             "a MAC target needs a positive λ_macro or λ_micro to set the macro:micro ratio"),
+            (self.target_macs is None or self.target_macs > 0, "the MAC target must be positive"),
+            (self.controller_rate > 0, "the controller rate must be positive"),
+            (self.gate_lr is None or self.gate_lr > 0, "the gate learning rate must be positive"),
+            (0 < self.tau_end <= self.tau_start, "temperatures need 0 < tau_end <= tau_start"),
+            (min(self.min_heads, self.min_dims, self.min_neurons) >= 0, "minimum retentions must be >= 0"),
+            (min(self.beta_head, self.beta_dim, self.beta_ffn) >= 0, "feasibility weights must be >= 0"),
+            (0 <= self.kd_alpha <= 1 and self.kd_tau > 0, "KD needs 0 <= kd_alpha <= 1 and kd_tau > 0"),
+        ])
+
+
+__all__ = ["COST_MODELS", "PRESET", "TRAIN_DEFAULTS", "HiAPConfig"]
