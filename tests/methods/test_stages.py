@@ -75,3 +75,14 @@ def test_a_resumed_run_must_start_from_the_same_weights(tmp_path):
         prepare_run_dir(run_dir, resume=True, start=other, seed=3)
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
         prepare_run_dir(run_dir, resume=False, start=model)
+
+
+def test_the_fingerprint_takes_scalar_buffers_and_tells_weights_apart():
+    from vitprune.methods.stages import weights_fingerprint
+
+    model = torch.nn.BatchNorm1d(3)  # num_batches_tracked: a 0-d int64 buffer
+    before = weights_fingerprint(model)
+    assert before == weights_fingerprint(model)
+    with torch.no_grad():
+        model.weight[0] = 2.0
+    assert weights_fingerprint(model) != before

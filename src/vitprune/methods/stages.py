@@ -109,9 +109,10 @@ def weights_fingerprint(model: nn.Module) -> str:
     """A SHA-256 of ``model``'s parameters and buffers (names, shapes, dtypes and values)."""
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
-        tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        # Flat first: a 0-d tensor (a step count) has no dimension to view as bytes.
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return digest.hexdigest()
 
 

@@ -10,6 +10,7 @@ import torch
 from _hetdpt_dist_worker import HETDPT, SPEED, setting, statistics
 from conftest import max_diff, run_torchrun
 
+from vitprune.methods.stages import START_FILE
 import vitprune
 from vitprune.methods.hetdpt.pipeline import (
     FINETUNE_DIR, MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SEARCH_DIR, SELECTION_FILE,
@@ -56,5 +57,5 @@ def test_two_processes_shard_the_statistics_and_training_and_reach_one_process_r
     assert ranks[0]["shares"] == [12, 12] and ranks[1]["shares"] == [11, 11]
     # Only rank 0 writes.
     assert ranks[0]["written"] == sorted([POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SEARCH_DIR, SELECTION_FILE,
-                                          FINETUNE_DIR, MODEL_DIR, REPORT_FILE])
+                                          FINETUNE_DIR, MODEL_DIR, REPORT_FILE, START_FILE])
     assert ranks[1]["written"] is None

@@ -11,6 +11,7 @@ from _hiap_dist_worker import HIAP, SPEED, TRAIN, setting
 from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
+from vitprune.methods.stages import START_FILE
 import vitprune
 from vitprune.methods.hiap.pipeline import GATES_FILE, MODEL_DIR, PLOT_FILE, REPORT_FILE, SEARCH_DIR, run_hiap
 
@@ -43,5 +44,5 @@ def test_two_processes_train_and_extract_what_one_process_does_and_rank_0_writes
         resumed = rank["resumed"]
         assert resumed["layers"] == report["layers"] and resumed["top1"] == report["top1"]
         assert resumed["history"] == ranks[0]["report"]["history"]
-    assert ranks[0]["written"] == sorted([SEARCH_DIR, GATES_FILE, MODEL_DIR, PLOT_FILE, REPORT_FILE])
+    assert ranks[0]["written"] == sorted([SEARCH_DIR, GATES_FILE, MODEL_DIR, PLOT_FILE, REPORT_FILE, START_FILE])
     assert ranks[1]["written"] is None

@@ -10,6 +10,7 @@ from _star_dist_worker import SPEED, STAR, setting, statistics
 from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
+from vitprune.methods.stages import START_FILE
 from vitprune.atomic import read_json
 from vitprune.methods.star.pipeline import ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, run_star
 
@@ -38,7 +39,7 @@ def test_two_processes_shard_the_images_and_reduce_to_one_process_values(tmp_pat
         # Resumed: the values rank 0 saved, read by rank 0 and sent to rank 1.
         assert torch.equal(again["prior"], first["prior"]) and rank["resumed_acs"] == rank["report"]["acs"]
     # Only rank 0 writes, and what it wrote is what every rank used.
-    assert ranks[0]["written"] == sorted([ACS_FILE, INTER_FILE, SCHEDULE_FILE, MODEL_DIR, REPORT_FILE])
+    assert ranks[0]["written"] == sorted([ACS_FILE, INTER_FILE, SCHEDULE_FILE, MODEL_DIR, REPORT_FILE, START_FILE])
     assert ranks[1]["written"] == []
     assert read_json(tmp_path / "run0" / ACS_FILE) == ranks[1]["report"]["acs"]
     assert torch.equal(load_file(str(tmp_path / "run0" / INTER_FILE))["inter"], ranks[1]["applied"][0]["prior"])

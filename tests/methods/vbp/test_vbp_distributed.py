@@ -9,6 +9,7 @@ import torch
 from _vbp_dist_worker import DEPTH, DEPTH_SPEED, SPEED, VBP, scores, setting, spies
 from conftest import max_diff, run_torchrun
 
+from vitprune.methods.stages import START_FILE
 from vitprune.methods.depth import run_depth
 from vitprune.methods.vbp import pipeline
 from vitprune.methods.vbp.pipeline import (
@@ -68,7 +69,8 @@ def test_two_processes_prune_and_finetune_as_one_and_only_rank_0_writes(tmp_path
     assert _shared(ranks[0]["report"]) == _shared(ranks[1]["report"])
     assert _shared(ranks[0]["resumed"]) == _shared(ranks[1]["resumed"])
     # Only rank 0 writes, and what it wrote is what every rank used.
-    assert ranks[0]["written"] == sorted([STATISTICS_FILE, SELECTION_FILE, FINETUNE_DIR, MODEL_DIR, REPORT_FILE])
+    assert ranks[0]["written"] == sorted([STATISTICS_FILE, SELECTION_FILE, FINETUNE_DIR, MODEL_DIR, REPORT_FILE,
+                                          START_FILE])
     assert ranks[1]["written"] is None and not (tmp_path / "run1").exists()
     saved = load_statistics(tmp_path / "run0" / STATISTICS_FILE)
     assert all(torch.equal(saved[b].var, ranks[1]["runs"][0]["stats"][b][2]) for b in saved)
