@@ -51,7 +51,7 @@ def width_config(model) -> WidthConfig:
 def gradients(model, calibration, dist: DistContext | None) -> dict[str, torch.Tensor]:
     """Taylor gradients over this process's share of the batches, summed over the processes."""
     return taylor_gradients(model, _taylor_batches(calibration, TAYLOR["taylor_batches"],
-                                                   TAYLOR["taylor_batch_size"], dist, []))
+                                                   TAYLOR["taylor_batch_size"], WidthConfig.seed, dist, []))
 
 
 def _record_writes(out: Path) -> list[str]:
