@@ -13,7 +13,7 @@ import ctypes
 import json
 import os
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,7 +213,7 @@ def test_a_mistake_is_one_line_and_changes_nothing(capsys, monkeypatch, workspac
     monkeypatch.setenv("COLUMNS", "400")
     before = _snapshot(workspace)
     argv = case.argv.format(ws=workspace).split()
-    with unwritable() if case.read_only else _nothing():
+    with unwritable() if case.read_only else nullcontext():
         code, _, err = run(capsys, *argv)
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert code == case.code, err
@@ -224,11 +224,6 @@ def test_a_mistake_is_one_line_and_changes_nothing(capsys, monkeypatch, workspac
 
 def test_the_table_covers_forty_mistakes():
     assert len(CASES) >= 40 and len({case.id for case in CASES}) == len(CASES)
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 #: Linux capabilities that let root write where permissions say no: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,

@@ -214,12 +214,11 @@ def _render_gains(model: str, method: str, top1_cell: str, report: MethodReport)
     if speed is None:
         table.add_row("ms/batch", "-", "-", "speed not measured (--no-speed)")
     else:
-        ctx = speed["a"]["context"]
+        ctx, busy = speed["a"]["context"], busy_note(speed["a"])
         table.add_row(f"ms/batch ({ctx['device_name']}, {ctx['dtype']}, batch {ctx['batch_size']})",
                       f"{speed['b']['median_ms']:.2f}", f"{speed['a']['median_ms']:.2f}",
                       f"speedup {speed['speedup']:.3f}× (IQR {speed['speedup_q1']:.3f}–{speed['speedup_q3']:.3f}, "
-                      f"{speed['pairs']} alternating pairs)" + (f"; {busy_note(speed['a'])}" if busy_note(speed["a"])
-                                                                else ""))
+                      f"{speed['pairs']} alternating pairs)" + (f"; {busy}" if busy else ""))
     console.print(table)
     seconds = ", ".join(f"{name} {s:.0f} s" for name, s in report.seconds.items())
     console.print(f"time per stage: {seconds}")

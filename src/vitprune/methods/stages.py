@@ -82,9 +82,9 @@ def prepare_run_dir(run_dir: str | Path, resume: bool, start: nn.Module | None =
     resumed one must have the same: its finished stages were computed from those weights and drawn under that
     seed. Under torchrun rank 0 checks and creates it (every rank gets its answer: the directory, or the error)."""
     run_dir = Path(run_dir)
-    identity = {"weights": None if start is None else weights_fingerprint(start), "seed": seed}
 
     def create() -> None:
+        identity = {"weights": None if start is None else weights_fingerprint(start), "seed": seed}
         if not resume and run_dir.exists() and any(run_dir.iterdir()):
             raise VitpruneError(f"{run_dir} is not empty; pass --resume to continue the run there, or choose another "
                                 "--out")
