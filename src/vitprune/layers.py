@@ -37,8 +37,9 @@ class Gate(nn.Module):
     """A binary mask ``m`` (a buffer, 1 = keep) with a learnable scalar importance.
 
     The forward value is exactly ``m``; in the backward pass ``dloss/dm`` is handed to
-    ``importance`` (identity straight-through estimator), so training accumulates in it a
-    first-order estimate of how much the loss would rise if the layer were removed.
+    ``importance`` (identity straight-through estimator): under SGD the importance accumulates a
+    first-order estimate of how much the loss would rise if the layer were removed; under AdamW
+    (HetDPT's) it counts the steps whose gradient favoured keeping it, each weighted by the learning rate.
     """
 
     def __init__(self, importance: float = 0.0) -> None:

@@ -168,3 +168,24 @@ def test_build_dataset_refuses_a_model_of_another_input_size():
 def test_unknown_split():
     with pytest.raises(VitpruneError, match=r"^unknown cluttered-mnist split 'test' \(expected one of: train, val\)$"):
         ClutteredMnistDataset("test")
+
+
+def test_renderings_enlarge_the_set_from_the_same_held_out_digits():
+    one, four = ClutteredMnistDataset("val"), ClutteredMnistDataset("val", renderings=4)
+    digits = len(one)
+    assert len(four) == 4 * digits
+    # rendering 0 is the one-rendering set's image; every rendering keeps its digit's label and source
+    assert torch.equal(_stack(four, range(5)), _stack(one, range(5)))
+    for rendering in range(1, 4):
+        index = rendering * digits + 7
+        image, label = four[index]
+        assert label == one[7][1]
+        assert not torch.equal(image, one[7][0])
+        assert torch.equal(image, ClutteredMnistDataset("val", renderings=4)[index][0])  # fixed per item
+        canvas, digit = _canvas(image), four.digits[7]
+        # the digit sits whole somewhere on the canvas (max with clutter never dims it)
+        assert any(np.all(canvas[y:y + 28, x:x + 28] >= digit - 1e-6) for y in range(13) for x in range(13))
+    with pytest.raises(IndexError):
+        four[len(four)]
+    with pytest.raises(VitpruneError, match="renderings must be at least 1"):
+        ClutteredMnistDataset("val", renderings=0)

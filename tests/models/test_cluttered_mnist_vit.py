@@ -75,3 +75,20 @@ def test_zoo_trains_once_and_then_loads_the_cache(monkeypatch):
                                                                          "val_top1": 0.9}
     assert get_recipe(again).base.name == "cluttered-mnist-vit" and get_recipe(again).base.weights == "trained"
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+
+
+def test_a_seeded_checkpoint_is_trained_with_its_seed_and_cached_beside_the_default(monkeypatch):
+    monkeypatch.setattr(vitprune.models.zoo, "CLUTTERED_MNIST_VIT_CACHE_NAME", "cluttered-seeded")
+    seeds = []
+
+    def stand_in(*, seed=0, **_):
+        seeds.append(seed)
+        return build_cluttered_mnist_vit().eval(), {"val_top1": 0.9, "seed": seed}
+
+    monkeypatch.setattr(vitprune.models.cluttered_mnist, "train_cluttered_mnist_vit", stand_in)
+    trained_cluttered_mnist_vit(seed=2, progress=False)
+    trained_cluttered_mnist_vit(seed=2, progress=False)
+    trained_cluttered_mnist_vit(progress=False)
+    assert seeds == [2, 0]  # each trained once, with its own seed
+    assert read_document(cache_dir() / "cluttered-seeded-seed2")["metadata"]["seed"] == 2
+    assert read_document(cache_dir() / "cluttered-seeded")["metadata"]["seed"] == 0

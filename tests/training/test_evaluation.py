@@ -45,6 +45,13 @@ def test_evaluate_exact_metrics():
     assert metrics["loss"] == pytest.approx(-sum(math.log(PROBS[t]) for t in TARGETS) / 5, rel=1e-6)
 
 
+def test_evaluate_per_image_hits_in_loader_order():
+    model, loader = _fixed_loader(6, TARGETS)
+    metrics = evaluate(model, loader, per_image=True)
+    assert metrics["correct"].tolist() == [True, False, False, True, False]  # ranks 1, 2, 6, 1, 5
+    assert metrics["top1"] == int(metrics["correct"].sum()) / 5
+
+
 def test_evaluate_omits_top5_below_five_classes():
     model, loader = _fixed_loader(3, [0, 2, 1, 0, 0])
     metrics = evaluate(model, loader)

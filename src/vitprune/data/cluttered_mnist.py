@@ -82,26 +82,36 @@ class ClutteredMnistDataset(Dataset):
     ``seed`` selects the split and the fixed images. With ``augment=True`` every read draws a new
     image of the same source digit (new position and clutter): the drawing is seeded from
     ``generator``, or, like torchvision's transforms, from torch's global RNG when it is ``None``.
+    ``renderings`` fixed images of every source digit (each its own position and clutter) make a larger evaluation
+    set from the same held-out digits: item ``i`` is rendering ``i // digits`` of digit ``i % digits``, and rendering
+    0 is the one-rendering set's image.
     """
 
     def __init__(self, split: str, *, augment: bool = False, seed: int = CLUTTERED_MNIST_SEED,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, renderings: int = 1) -> None:
+        if renderings < 1:
+            raise VitpruneError(f"renderings must be at least 1, got {renderings}")
         self.sources = split_indices(split, seed)
         images, labels = load_mnist_digits()
         self.digits = images[self.sources]
         self.labels = torch.from_numpy(labels[self.sources])
         self.split, self.augment, self.seed, self.generator = split, augment, seed, generator
+        self.renderings = renderings
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.labels) * self.renderings
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"item {index} of {len(self)}")
+        rendering, digit = divmod(index, len(self.labels))
         if self.augment:
             rng = np.random.default_rng(int(torch.randint(2**63 - 1, (), generator=self.generator)))
         else:
-            rng = np.random.default_rng((self.seed, _SPLIT_CODES[self.split], index))
-        image = torch.from_numpy(self._draw(index, rng)).unsqueeze(0)
-        return (image - CLUTTERED_MNIST_MEAN) / CLUTTERED_MNIST_STD, int(self.labels[index])
+            key = (self.seed, _SPLIT_CODES[self.split], digit) + ((rendering,) if rendering else ())
+            rng = np.random.default_rng(key)
+        image = torch.from_numpy(self._draw(digit, rng)).unsqueeze(0)
+        return (image - CLUTTERED_MNIST_MEAN) / CLUTTERED_MNIST_STD, int(self.labels[digit])
 
     def _draw(self, index: int, rng: np.random.Generator) -> np.ndarray:
         """The canvas of item ``index`` in [0, 1]: its digit and crops of other digits of the split, max where they

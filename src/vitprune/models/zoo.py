@@ -24,12 +24,18 @@ def trained_digits_vit(*, progress: bool = True) -> nn.Module:
     return _trained("digits-vit", "digits ViT", DIGITS_VIT_CACHE_NAME, "digits", train_digits_vit, progress)
 
 
-def trained_cluttered_mnist_vit(*, progress: bool = True) -> nn.Module:
-    """The cluttered-MNIST model (needs ``vitprune[bench]``), trained once and then loaded from the cache."""
+def trained_cluttered_mnist_vit(*, seed: int = 0, progress: bool = True) -> nn.Module:
+    """The cluttered-MNIST model (needs ``vitprune[bench]``), trained once and then loaded from the cache.
+
+    ``seed`` trains another checkpoint of the same recipe (initialisation, image order and augmentation), cached
+    beside the default one: claims that depend on the starting model are judged over several.
+    """
     from vitprune.models.cluttered_mnist import train_cluttered_mnist_vit
 
-    return _trained("cluttered-mnist-vit", "cluttered-MNIST ViT", CLUTTERED_MNIST_VIT_CACHE_NAME, "cluttered-mnist",
-                    train_cluttered_mnist_vit, progress)
+    name = CLUTTERED_MNIST_VIT_CACHE_NAME + (f"-seed{seed}" if seed else "")
+    return _trained("cluttered-mnist-vit", f"cluttered-MNIST ViT (seed {seed})" if seed else "cluttered-MNIST ViT",
+                    name, "cluttered-mnist", lambda progress: train_cluttered_mnist_vit(seed=seed, progress=progress),
+                    progress)
 
 
 #: The vitprune models whose weights vitprune trains itself, by name.

@@ -2,8 +2,12 @@
 
 Every attention sublayer and activation is gated (:func:`~vitprune.surgery.add_depth_gates`); the
 weights and one scalar importance per layer train together, the importance receiving its mask's
-gradient through the straight-through estimator (Eq. 6), so it accumulates ``-dloss/dmask``: how
-much the loss would rise without the layer. At each milestone the least important remaining
+gradient through the straight-through estimator (Eq. 6). With plain SGD it would accumulate
+``-dloss/dmask``, how much the loss would rise without the layer. The paper's code (and this
+library) trains it with the weights' AdamW, whose normalised step moves a scalar by about the learning
+rate whatever the gradient's size: the score becomes a learning-rate-weighted count of the steps on
+which the layer's gradient said "keep", so Step 2 needs enough steps before its first removal for
+that count to separate the layers. At each milestone the least important remaining
 layer *of the type whose turn it is* is masked out, types interleaved, until the split chosen in
 Step 1 is reached. Scores are never compared across types (the paper's Challenge 1), except in
 the cross-type baseline :func:`select_layers_across_types` kept for the ablation.

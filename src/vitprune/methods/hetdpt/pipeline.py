@@ -273,6 +273,14 @@ def _reused_predictor(reuse: str | Path | None, path: Path, resume: bool) -> Pre
     return load_predictor(path) if resume and path.exists() else None
 
 
+def te_shortlist(te: dict[str, dict[int, float]], split: tuple[int, int], share: float) -> dict[str, list[int]]:
+    """Step 2's candidates for removing ``split`` (attention, activation) layers: each type's lowest-TE layers of
+    ``te`` (every layer's transfer entropy, by type), :func:`~vitprune.methods.hetdpt.importance.shortlist_size` of
+    them for ``share``; ties go to the earlier block."""
+    return {kind: sorted(scores, key=lambda b: (scores[b], b))[:shortlist_size(share, len(scores), removing)]
+            for (kind, scores), removing in zip(te.items(), split, strict=True)}
+
+
 def _step2(model: nn.Module, train_set: Dataset, te_set: Dataset, split: tuple[int, int], config: HetDPTConfig,
            run_dir: Path, device: torch.device, resume: bool, dist: DistContext | None) -> dict[str, Any]:
     path = run_dir / SELECTION_FILE
@@ -289,9 +297,7 @@ def _step2(model: nn.Module, train_set: Dataset, te_set: Dataset, split: tuple[i
         te = {kind: transfer_entropy(model, kind, batches, identity=config.identity, output_gelu=config.output_gelu,
                                      dist=dist)
               for kind in LAYER_TYPES}
-        # Lowest TE first, ties to the earlier block (the scores are in block order).
-        candidates = {kind: sorted(scores, key=scores.get)[:shortlist_size(config.shortlist, len(scores), removing)]
-                      for (kind, scores), removing in zip(te.items(), split)}
+        candidates = te_shortlist(te, split, config.shortlist)
     result = select_layers(model, train_set, config.search, attention=split[0], activation=split[1],
                            candidates=candidates, identity=config.identity, output_gelu=config.output_gelu,
                            prune_fraction=config.prune_fraction, device=device, dist=dist, run_dir=run_dir / SEARCH_DIR,

@@ -1,0 +1,133 @@
+"""Paired statistics for accuracy comparisons: two models scored on the same images, under the same seeds.
+
+Two arms scored on the same validation images are compared image by image: an image both get right (or both
+wrong) says nothing about their difference, so a paired test sees a gap that two separate intervals hide. When
+the arms are also run under several seeds (a seed picks the starting checkpoint, the fine-tune's images, a random
+selection), seeds are a second sample: :func:`paired_difference` resamples images and seeds independently (the
+two-way "pigeonhole" bootstrap of Owen, 2007, for crossed random effects). scipy's ``bootstrap`` resamples one
+axis only, which would treat three seeds' results on one image as independent. With one seed it is a plain paired
+bootstrap over images, which agrees with McNemar's test on the discordant images.
+
+Decisions within one claim are corrected for the number of comparisons with Holm's step-down method
+(:func:`holm`), and "comparable" is decided by an equivalence margin fixed in advance with two one-sided tests, not
+by overlapping intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+#: Equivalence margin in top-1 points: two arms within it are "comparable" (two one-sided tests).
+MARGIN = 1.0
+#: Family-wise error rate of one claim's decisions.
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Top-1 of arm A minus arm B in points, with its bootstrap distribution's summaries.
+
+    ``low`` and ``high`` bound the two-sided ``level`` interval. ``p_greater`` is the one-sided p-value of
+    "A is not better" (the share of resampled differences at or below 0), ``p_less`` of "A is not worse",
+    ``p_equivalent`` the two one-sided tests' p-value of "the difference lies outside ±``margin``", ``p_beyond``
+    the p-value of "it lies within" (the smaller one-sided share, doubled: either side may be the one).
+    """
+
+    effect: float
+    low: float
+    high: float
+    p_greater: float
+    p_less: float
+    p_equivalent: float
+    p_beyond: float
+    margin: float
+    seeds: int
+    images: int
+    discordant: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, level: float = 0.95,
+                      resamples: int = 10_000, seed: int = 0) -> PairedDifference:
+    """Compare two arms' per-image correctness ``a`` and ``b``, each ``[seeds, images]`` (or ``[images]``), paired on
+    both axes: row ``s`` of both comes from the same seed, column ``i`` from the same image.
+
+    The difference's distribution is estimated by resampling seeds and images independently with replacement
+    (``resamples`` times, generator seeded by ``seed``, so the result is reproducible). p-values count the
+    resampled differences beyond the null value, with the usual +1 so none is 0.
+    """
+    a, b = np.atleast_2d(np.asarray(a, dtype=np.float64)), np.atleast_2d(np.asarray(b, dtype=np.float64))
+    if a.shape != b.shape:
+        raise ValueError(f"paired arms need the same seeds and images, got {a.shape} and {b.shape}")
+    diff = 100 * (a - b)
+    seeds, images = diff.shape
+    rng = np.random.default_rng(seed)
+    draws = np.empty(resamples)
+    # weights form: the mean over a resample is w_seeds @ diff @ w_images / (seeds * images); chunks bound memory
+    for start in range(0, resamples, 1000):
+        n = min(1000, resamples - start)
+        w_seeds = rng.multinomial(seeds, np.full(seeds, 1 / seeds), size=n).astype(np.float64)
+        w_images = rng.multinomial(images, np.full(images, 1 / images), size=n).astype(np.float64)
+        draws[start:start + n] = np.einsum("bs,si,bi->b", w_seeds, diff, w_images) / (seeds * images)
+    tail = (1 - level) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+
+    def p(count: int) -> float:
+        return float((count + 1) / (resamples + 1))
+
+    below, above = p(int(np.sum(draws <= -margin))), p(int(np.sum(draws >= margin)))
+    beyond = min(1.0, 2 * min(p(int(np.sum(draws <= margin))), p(int(np.sum(draws >= -margin)))))
+    return PairedDifference(effect=float(diff.mean()), low=float(low), high=float(high),
+                            p_greater=p(int(np.sum(draws <= 0))), p_less=p(int(np.sum(draws >= 0))),
+                            p_equivalent=max(below, above), p_beyond=beyond, margin=margin, seeds=seeds, images=images,
+                            discordant=float(np.mean(a != b)))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of ``p_values`` (one family): each adjusted value is compared with the
+    family-wise level directly. The k-th smallest p is multiplied by (m - k + 1), and adjusted values never fall as
+    p grows."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def decide(differences: Sequence[PairedDifference], kinds: Sequence[str], *, alpha: float = ALPHA) -> list[str]:
+    """The verdict of each comparison in one claim, Holm-corrected over the claim's comparisons.
+
+    ``kinds[i]`` is ``"better"`` (the claim: A beats B) or ``"comparable"`` (A is within the margin of B).
+    A "better" comparison *holds* when A's gain is significant, *does not hold* when B's is, is *equivalent*
+    when neither is but the difference is shown to lie within the margin, and is *inconclusive* otherwise. A
+    "comparable" one *holds* when equivalence is shown and *does not hold* when the difference is shown to exceed
+    the margin (``p_beyond``).
+    """
+    if len(differences) != len(kinds):
+        raise ValueError("one kind per comparison")
+    for kind in kinds:
+        if kind not in ("better", "comparable"):
+            raise ValueError(f"unknown comparison kind {kind!r}")
+    claimed = holm([d.p_greater if k == "better" else d.p_equivalent for d, k in zip(differences, kinds)])
+    against = holm([d.p_less if k == "better" else d.p_beyond for d, k in zip(differences, kinds)])
+    equivalent = holm([d.p_equivalent for d in differences])
+    verdicts = []
+    for i, kind in enumerate(kinds):
+        if claimed[i] < alpha:
+            verdicts.append("holds")
+        elif against[i] < alpha:
+            verdicts.append("does not hold")
+        elif kind == "better" and equivalent[i] < alpha:
+            verdicts.append("equivalent")
+        else:
+            verdicts.append("inconclusive")
+    return verdicts
+
