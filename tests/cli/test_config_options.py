@@ -96,18 +96,19 @@ def received(monkeypatch):
     """What the pipelines would have been handed: the patched callee's keyword arguments."""
     calls: dict = {}
     monkeypatch.setattr(prune, "_run_calibrated", lambda run, render, config, **_: calls.update(config=config))
-    monkeypatch.setattr(prune, "_load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
+    monkeypatch.setattr(prune, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
                                                                          "calibration": None}))
-    monkeypatch.setattr(prune, "_show", lambda *a: None)
+    monkeypatch.setattr(prune, "show_report", lambda *a: None)
     monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
     monkeypatch.setattr("vitprune.methods.hetdpt.pipeline.run_hetdpt", lambda *a, **k: calls.update(k))
     # What depth's and width's titles read of a report.
-    report = types.SimpleNamespace(attention=[], activation=[], identity="norm", ratio=0.0)
+    report = types.SimpleNamespace(attention=[], activation=[], identity="norm", ratio=0.0, options={
+        "importance": "magnitude", "isomorphic": True, "heads": 1.0, "head_dims": 0.5, "embed": True})
     for method in ("depth", "width"):
-        monkeypatch.setattr(f"vitprune.methods.{method}.run_{method}",
+        monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
                             lambda model, config, **k: calls.update(config=config) or report)
     monkeypatch.setattr("vitprune.models.resolve_model", lambda *a, **k: None)
-    monkeypatch.setattr(prune, "_show_edit", lambda *a, **k: None)
+    monkeypatch.setattr("vitprune.cli.methods.show_edit", lambda *a, **k: None)
     monkeypatch.setattr(chain, "run_chain_command", lambda model, steps, **k: calls.update(steps=steps))
     return calls
 

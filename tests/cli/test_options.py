@@ -3,6 +3,7 @@ help, flags) wherever it appears, and a chain step defaults as its command does.
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
 
 import pytest
@@ -71,11 +72,14 @@ def _default(param) -> object:
 
 def _step_defaults(method: str, required: dict) -> dict[str, object]:
     """What a chain step of ``method`` resolves its settings to when given only ``required``."""
-    resolved = check_chain([Step(method, required)], "digits")[0]
-    parts = resolved if isinstance(resolved, tuple) else (resolved,)
+    return _flat(check_chain([Step(method, required)], "digits")[0])
+
+
+def _flat(config: object) -> dict[str, object]:
+    """A config's fields, with those of the configs it holds (HiAP's training, a fine-tune's distillation)."""
     values: dict[str, object] = {}
-    for part in parts:
-        values |= part if isinstance(part, dict) else vars(part)
+    for key, value in vars(config).items():
+        values |= _flat(value) if dataclasses.is_dataclass(value) else {key: value}
     return values
 
 

@@ -280,8 +280,8 @@ def handed(monkeypatch):
 
     calls: dict = {}
     monkeypatch.setattr(prune, "_run_calibrated", lambda run, render, config, **_: calls.update(config=config))
-    monkeypatch.setattr(prune, "_load_inputs", lambda *a, **k: (None, {"train": None, "val": None}))
-    monkeypatch.setattr(prune, "_show", lambda *a: None)
+    monkeypatch.setattr(prune, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None}))
+    monkeypatch.setattr(prune, "show_report", lambda *a: None)
     monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
     return calls
 

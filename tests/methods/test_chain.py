@@ -14,8 +14,9 @@ import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
+from vitprune.methods.base import get_method
 from vitprune.methods.chain import (
-    CHAIN_FILE, METHODS, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, Step, check_chain, hetdpt_plus_steps, load_chain,
+    CHAIN_FILE, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, Step, check_chain, hetdpt_plus_steps, load_chain, step_methods,
     parse_chain, run_chain,
 )
 from vitprune.surgery import prune_depth, token_pruning_blocks
@@ -83,15 +84,13 @@ def test_steps_apply_in_order_and_equal_the_methods_run_by_hand(setting, tmp_pat
 
 @pytest.mark.slow
 def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_path, monkeypatch):
-    from vitprune.methods import chain as chain_module
 
     steps = parse_chain(FOUR_STEPS[:2] + [{"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32}])
     first = _run(setting, steps, tmp_path)
     # Forget that the fine-tune step finished, and make the first two steps unrunnable: resuming must reload them.
     (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).unlink()
     for method in ("depth", "width"):
-        monkeypatch.setitem(chain_module._METHODS, method, chain_module._METHODS[method]._replace(
-            run=lambda *a: pytest.fail("a finished step ran again")))
+        monkeypatch.setattr(type(get_method(method)), "run", lambda *a: pytest.fail("a finished step ran again"))
     resumed = _run(setting, steps, tmp_path, resume=True)
     assert [r["top1"] for r in resumed.steps] == [r["top1"] for r in first.steps]
     assert resumed.steps[3]["summary"]["epochs"] == 1
@@ -198,7 +197,7 @@ def test_chain_files_and_the_documented_methods(tmp_path):
         load_chain(path)
     with pytest.raises(VitpruneError, match="does not exist"):
         load_chain(tmp_path / "missing.json")
-    assert set(METHODS) == {"depth", "hetdpt", "width", "vbp", "star", "hiap", "finetune"}
+    assert set(step_methods()) == {"depth", "hetdpt", "merge", "width", "vbp", "star", "hiap", "finetune"}
 
 
 @pytest.mark.parametrize("steps, error, message", [
@@ -229,7 +228,8 @@ def test_a_step_the_family_cannot_take_is_refused_before_any_step_runs(tmp_path)
 def test_a_steps_batch_scales_its_presets_learning_rate():
     """A step that sets its batch but not its lr gets its preset's lr scaled with the batch (HiAP's 5e-5 is for batch
     256); an lr given is kept."""
-    (train, _), = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64}]))
+    (run,) = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64}]))
+    train = run.train
     assert train.batch_size == 64 and train.lr == pytest.approx(5e-5 * 64 / 256)
-    (train, _), = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64, "lr": 1e-3}]))
-    assert train.lr == 1e-3
+    (run,) = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64, "lr": 1e-3}]))
+    assert run.train.lr == 1e-3

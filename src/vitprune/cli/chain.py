@@ -10,12 +10,11 @@ import typer
 
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
-from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT,
-    REPEATS_OPT, RESUME_OPT, SPEED_BATCH_OPT, SPEED_OPT, VAL_SPLIT_OPT, distributed, speed_config,
-)
+from vitprune.cli.methods import prune_app
+from vitprune.cli.options import JSON_OPT, RESUME_OPT, DataSource, ModelSource, distributed, load_inputs
+from vitprune.cli.prune import PRESET_OPT, SPLIT_OPT, hetdpt_preset_for
+from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
-from vitprune.cli.prune import PRESET_OPT, SPLIT_OPT, _load_inputs, _show, hetdpt_preset_for, prune_app
 from vitprune.measure import SpeedConfig
 from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
 from vitprune.methods.width.config import WidthConfig
@@ -26,59 +25,49 @@ _PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "head_dims", 
 
 
 @app.command()
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 def chain(
     model: str = typer.Argument(..., help=MODEL_HELP),
     steps: Path = typer.Option(..., "--steps", help='Chain file (JSON): a list of steps such as {"method": "depth", '
                                                      '"attention": [0, 3]}; see docs/recipes.md.'),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: chain.json, steps/NN-METHOD/, model/, report.json."),
     preset: Optional[str] = PRESET_OPT,
     onnx: bool = typer.Option(True, "--onnx/--no-onnx", help="Check that the final model exports to ONNX."),
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
+    source: ModelSource = ...,
     seed: int = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights and of every step that "
                                                "takes a seed and names none in the chain file."),
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
+    speed: SpeedConfig = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Run a chain of methods (depth, hetdpt, width, vbp, star, hiap, finetune) in order; check and time the result."""
     from vitprune.cli.render import render_chain
     from vitprune.methods.chain import load_chain, seeded
 
-    run_chain_command(model, seeded(load_chain(steps), seed), data=data, out=out, preset=preset, onnx=onnx,
-                      resume=resume, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                      download=download, val_split=val_split, seed=seed,
-                      speed=speed_config(speed, speed_batch, repeats), device=device, json_out=json_out,
-                      render=render_chain)
+    run_chain_command(model, seeded(load_chain(steps), seed), source=source, data=data, out=out, preset=preset,
+                      onnx=onnx, resume=resume, seed=seed, speed=speed, json_out=json_out, render=render_chain)
 
 
-def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: Optional[str], onnx: bool,
-                      resume: bool, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                      download: bool, val_split: Optional[float], seed: int,
-                      speed: SpeedConfig, device: str, json_out: bool, render) -> None:
+def run_chain_command(model: str, steps: list, *, source: ModelSource, data: DataSource, out: Path,
+                      preset: Optional[str], onnx: bool, resume: bool, seed: int, speed: SpeedConfig, json_out: bool,
+                      render) -> None:
     """Load MODEL (random weights drawn under ``seed``) and --data (with the calibration images VBP and STAR steps
     use), run ``steps`` into --out and show the report through ``render``."""
     from vitprune.consistency import failed_checks
     from vitprune.methods.chain import check_chain, run_chain
 
-    preset = hetdpt_preset_for(preset, data)
+    preset = hetdpt_preset_for(preset, data.data)
     check_chain(steps, preset)  # before the data loads
-    ctx = distributed(device)
-    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, val_split=val_split, seed=seed,
-                               calibration=True)
+    ctx = distributed(source.device)
+    dense, sets = load_inputs(model, source, data, seed=seed, splits=("train", "val", "calibration"))
     report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
                        device=ctx.device, progress=not json_out and ctx.is_main, resume=resume,
                        log=(lambda _m: None) if json_out else err_console.print,
                        preset=preset, speed=speed, onnx=onnx, dist=ctx)
-    _show(model, report, render, json_out)
+    show_report(model, report, render, json_out)
     if not report.consistency["ok"]:
         failed = ", ".join(failed_checks(report.consistency))
         raise VitpruneError(f"the final model failed its consistency check ({failed}); the model and "
@@ -86,12 +75,15 @@ def run_chain_command(model: str, steps: list, *, data: str, out: Path, preset: 
 
 
 @prune_app.command("hetdpt+")
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 @config_options(WidthConfig, param="width", fields=_PLUS_WIDTH, required=("target_macs",))
 @config_options(HetDPTConfig, fields=("distill",), overrides=True)
 @config_options(StageOverrides, param="stages", overrides=True)
 def hetdpt_plus(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     budget: int = typer.Option(..., "--budget", "-k", help="Layers HetDPT removes: attention sublayers + GELUs."),
     out: Path = typer.Option(..., "--out", help="Run directory: steps/ (hetdpt, width, finetune), model/, report."),
     split: str = SPLIT_OPT,
@@ -100,15 +92,8 @@ def hetdpt_plus(
     stages: dict = ...,
     config: dict = ...,
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
+    speed: SpeedConfig = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
@@ -121,7 +106,7 @@ def hetdpt_plus(
     from vitprune.methods.hetdpt.pipeline import configure
 
     width.validate()
-    name = hetdpt_preset_for(preset, data)
+    name = hetdpt_preset_for(preset, data.data)
     settings = configure(name, **stages, **config)
     finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
                 "tau": settings.tau}
@@ -131,7 +116,5 @@ def hetdpt_plus(
                               convention=width.convention, finetune=finetune, hetdpt=hetdpt,
                               width={**{k: v for k, v in width.to_dict().items()
                                         if k not in ("ratio", "target_macs", "convention")}, "seed": seed})
-    run_chain_command(model, steps, data=data, out=out, preset=name, onnx=True, resume=resume, pretrained=pretrained,
-                      checkpoint=checkpoint, data_root=data_root, download=download, val_split=val_split,
-                      seed=seed, speed=speed_config(speed, speed_batch, repeats),
-                      device=device, json_out=json_out, render=render_chain)
+    run_chain_command(model, steps, source=source, data=data, out=out, preset=name, onnx=True, resume=resume,
+                      seed=seed, speed=speed, json_out=json_out, render=render_chain)

@@ -46,7 +46,7 @@ class _Option:
         return typing.get_origin(self.kind) is list
 
     def parameter(self, default: Any, parameter_kind: inspect._ParameterKind, *, required: bool = False,
-                  unset: bool = False) -> inspect.Parameter:
+                  unset: bool = False, prefix: str = "") -> inspect.Parameter:
         """The typer parameter (of ``parameter_kind``) that reads this option, its default the field's ``default``
         (``required``: none, the command line must name it; ``unset``: ``None``, the preset's)."""
         flags = [self.flag]
@@ -67,7 +67,7 @@ class _Option:
         value_type = self.choice_type if self.facts.choices else str if self.is_list else self.kind
         optional = self.optional or self.facts.alternative or unset or (self.is_list and default is None)
         annotation = Optional[value_type] if optional else value_type
-        return inspect.Parameter(self.name, parameter_kind, default=option, annotation=annotation)
+        return inspect.Parameter(prefix + self.name, parameter_kind, default=option, annotation=annotation)
 
     @functools.cached_property
     def choice_type(self) -> type[Enum]:
@@ -126,7 +126,7 @@ def option_defaults(config_cls: type, defaults: Mapping[str, Any] = {}) -> dict[
 
 def config_options(config_cls: type, *, param: str = "config", fields: Iterable[str] | None = None,
                    defaults: Mapping[str, Any] = {}, required: Iterable[str] = (),
-                   overrides: bool = False) -> Callable[[F], F]:
+                   overrides: bool = False, prefix: str = "") -> Callable[[F], F]:
     """Give a typer command an option per field ``config_cls`` exposes, in place of its parameter ``param``.
 
     The command is called with ``param`` set to ``config_cls`` built from those options, over ``defaults`` (a
@@ -134,7 +134,8 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
     default, but for an alternative, which is ``None`` then. ``fields`` limits the options to some of the exposed
     fields; the others keep ``defaults`` or the config's own. ``required`` names options this command must be
     given though the config has a default. With ``overrides``, every option is unset unless named and ``param``
-    is the dict of the fields named: the changes to a preset that the command resolves itself.
+    is the dict of the fields named: the changes to a preset that the command resolves itself. ``prefix`` goes
+    before each option's parameter name (not its flag), for a group whose field names another group also has.
     """
     options = _options(config_cls, fields)
     field_defaults = option_defaults(config_cls, defaults)
@@ -144,7 +145,7 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command)
-        clash = {option.name for option in options} & set(signature.parameters)
+        clash = {prefix + option.name for option in options} & (set(signature.parameters) - {param})
         if param not in signature.parameters or clash:
             raise TypeError(f"{command.__name__}: needs a parameter {param!r} and none named as {sorted(clash)}")
         parameters: list[inspect.Parameter] = []
@@ -153,12 +154,12 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
                 parameters.append(parameter)
                 continue
             parameters.extend(option.parameter(field_defaults.get(option.name, ...), parameter.kind,
-                                               required=option.name in required, unset=overrides)
+                                               required=option.name in required, unset=overrides, prefix=prefix)
                               for option in options)
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            values = {option.name: option.value(kwargs.pop(option.name)) for option in options}
+            values = {option.name: option.value(kwargs.pop(prefix + option.name)) for option in options}
             given = {option.name: values[option.name] for option in options
                      if values[option.name] is not None or (option.facts.alternative and not overrides)}
             return command(**kwargs, **{param: given if overrides else config_cls(**{**defaults, **given})})
@@ -171,4 +172,13 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
     return decorate
 
 
-__all__ = ["PRESET_DEFAULT", "config_options", "option_defaults"]
+def option(config_cls: type, name: str, *, required: bool = False) -> Any:
+    """The typer option of ``config_cls``'s field ``name`` on its own, for a command that takes that field as a plain
+    parameter (``required``: the command line must name it): the same flags, default and help as the field's option
+    wherever :func:`config_options` generates it."""
+    (found,) = _options(config_cls, [name])
+    return found.parameter(option_defaults(config_cls).get(name, ...), inspect.Parameter.KEYWORD_ONLY,
+                           required=required).default
+
+
+__all__ = ["PRESET_DEFAULT", "config_options", "option", "option_defaults"]

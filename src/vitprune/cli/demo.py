@@ -12,19 +12,20 @@ from pathlib import Path
 import typer
 
 from vitprune.cli.app import app, console, err_console, print_json
-from vitprune.cli.options import JSON_OPT, REPEATS_OPT, SPEED_BATCH_OPT, SPEED_OPT, speed_config
+from vitprune.cli.config_options import config_options
+from vitprune.cli.options import JSON_OPT
 from vitprune.cli.render import render_eval, render_hetdpt, render_profile, render_speed
+from vitprune.measure import SpeedConfig
 
 DEMO_BUDGET = 8
 
 
 @app.command()
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 def demo(
     out: Path = typer.Option(Path("vitprune-demo"), "--out", help="Where the pruned model, plots and report go."),
     budget: int = typer.Option(DEMO_BUDGET, "--budget", "-k", help="Layers HetDPT removes (of 24)."),
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
+    speed: SpeedConfig = ...,
     fresh: bool = typer.Option(False, "--fresh", help="Delete --out first instead of reusing its finished stages."),
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -44,21 +45,21 @@ def demo(
     plain_train = build_dataset("digits", "train", input_size=input_size, is_training=False)
     metrics = evaluate(model, build_loader(val, 256, shuffle=False, seed=0), progress=not json_out)
     full, linear = count_macs(model), count_macs(model, convention="linear")
-    latency, throughput = ((measure_speed(model, batch_size=batch, repeats=repeats, progress=not json_out)
-                            for batch in (1, speed_batch)) if speed else (None, None))
+    latency, throughput = ((measure_speed(model, batch_size=batch, repeats=speed.pairs, progress=not json_out)
+                            for batch in (1, speed.batch_size)) if speed.enabled else (None, None))
     if not json_out:
         console.rule("digits-vit: the embedded default (starting checkpoint: trained by vitprune, cached)")
         render_eval("digits-vit", "digits", "val", metrics)
         render_profile("digits-vit", full)
         console.print(f"linear-only convention (no attention matmuls): {linear.macs:,} MACs per image")
-        if speed:
+        if speed.enabled:
             render_speed("digits-vit (latency, batch 1)", latency)
-            render_speed(f"digits-vit (throughput, batch {speed_batch})", throughput)
+            render_speed(f"digits-vit (throughput, batch {speed.batch_size})", throughput)
         console.rule(f"HetDPT: remove {budget} of the 24 attention + GELU layers")
     if fresh and out.exists():
         shutil.rmtree(out)
     report = run_hetdpt(model, train, val, budget=budget, run_dir=out, config=preset("digits"), progress=not json_out,
-                        calibration_set=plain_train, resume=True, speed=speed_config(speed, speed_batch, repeats),
+                        calibration_set=plain_train, resume=True, speed=speed,
                         log=(lambda _m: None) if json_out else err_console.print)
     if json_out:
         print_json({

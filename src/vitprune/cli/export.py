@@ -8,14 +8,14 @@ from typing import Optional
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.cli.config_options import config_options
 from vitprune.errors import VitpruneError
-from vitprune.cli.options import (
-    CHECKPOINT_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT, REPEATS_OPT, SPEED_BATCH_OPT, SPEED_OPT,
-    check_target,
-)
+from vitprune.measure import SpeedConfig
+from vitprune.cli.options import CHECKPOINT_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT, check_target
 
 
 @app.command()
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 def export(
     model: str = typer.Argument(..., help=MODEL_HELP),
     onnx: Optional[Path] = typer.Option(None, "--onnx", help="ONNX file to write (atomically, only if it checks "
@@ -28,9 +28,7 @@ def export(
     check_batch: int = typer.Option(2, "--check-batch", min=1, help="Random images the check runs on (and the "
                                                                     "batch of a static export)."),
     atol: float = typer.Option(1e-4, "--atol", help="Largest difference from PyTorch's outputs accepted."),
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
+    speed: SpeedConfig = ...,
     threads: Optional[int] = typer.Option(None, min=1, help="Threads of both runtimes (default: their own)."),
     pretrained: bool = PRETRAINED_OPT,
     checkpoint: Optional[Path] = CHECKPOINT_OPT,
@@ -43,7 +41,7 @@ def export(
     from vitprune.adapters import get_adapter
     from vitprune.cli.render import render_comparison
     from vitprune.export import OnnxRuntimeModel, export_onnx
-    from vitprune.measure import SpeedConfig, compare_speed
+    from vitprune.measure import compare_speed
     from vitprune.models import resolve_model
 
     if (onnx is None) == (native is None):
@@ -60,10 +58,10 @@ def export(
         return
     result = export_onnx(net, onnx, dynamic_batch=dynamic_batch, check_batch=check_batch, atol=atol)
     summary = {"model": model, **result.to_dict(), "speed_vs_pytorch": None}
-    if speed:
+    if speed.enabled:
         summary["speed_vs_pytorch"] = compare_speed(
             OnnxRuntimeModel(onnx, threads), net, input_size=get_adapter(net).input_size,
-            batch_size=speed_batch if dynamic_batch else check_batch, pairs=repeats, warmup=SpeedConfig.warmup,
+            batch_size=speed.batch_size if dynamic_batch else check_batch, pairs=speed.pairs, warmup=speed.warmup,
             threads=threads, progress=not json_out).to_dict()
     if json_out:
         print_json(summary)

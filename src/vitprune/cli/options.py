@@ -10,12 +10,15 @@ that reads a dataset takes :data:`DATA_GROUP`, and every one that can train a ne
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from vitprune.cli.config_options import option
+from vitprune.config import setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
@@ -33,32 +36,49 @@ class AttentionIdentity(str, Enum):
     skip = "skip"
 
 
-PRETRAINED_OPT = typer.Option(True, "--pretrained/--no-pretrained",
-                              help="Start a timm or Hugging Face MODEL from its pretrained weights (cached or "
-                                   "downloaded; a save_pretrained directory's own).")
-CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="Local weights file (.safetensors/.pth) for a timm MODEL.")
+@dataclass
+class ModelSource:
+    """Where MODEL's weights come from and where it runs: the model group of every command that loads weights."""
+
+    pretrained: bool = setting(True, flag="--pretrained/--no-pretrained",
+                               help="Start a timm or Hugging Face MODEL from its pretrained weights (cached or "
+                                    "downloaded; a save_pretrained directory's own).")
+    checkpoint: Optional[Path] = setting(None, help="Local weights file (.safetensors/.pth) for a timm MODEL.")
+    device: str = setting(AUTO, help="auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
+
+
+@dataclass
+class DataSource:
+    """The dataset a command reads: --data and the data group."""
+
+    data: Optional[str] = setting(None, help="digits, cluttered-mnist, cifar10, cifar100, or an ImageFolder "
+                                             "directory.")
+    data_root: Optional[Path] = setting(None, help="Where CIFAR lives (or is downloaded to).")
+    download: bool = setting(False, flag="--download", help="Download CIFAR if missing (needs network).")
+    val_split: Optional[float] = setting(None, help="Validate on this fraction of each class of a flat image folder "
+                                                    "(one without train/ and val/ folders), the same images every "
+                                                    "run (drawn with seed 0); the others train.")
+
+
+PRETRAINED_OPT = option(ModelSource, "pretrained")
+CHECKPOINT_OPT = option(ModelSource, "checkpoint")
+DEVICE_OPT = option(ModelSource, "device")
 #: The seed of a command whose other options have none: every command that builds a random model takes one.
 SEED_OPT = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights: the same command builds the same "
                                           "model every time.")
-DEVICE_OPT = typer.Option(AUTO, "--device", help="auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
 #: The options of every command that loads a model's weights.
 MODEL_GROUP = ("--pretrained", "--checkpoint", "--device")
 
-SPEED_OPT = typer.Option(SpeedConfig.enabled, "--speed/--no-speed",
-                         help="Time the result against the original (alternating pairs).")
-SPEED_BATCH_OPT = typer.Option(SpeedConfig.batch_size, "--speed-batch", min=1,
-                               help="Batch of the speed measurement (1: latency; larger: throughput).")
-REPEATS_OPT = typer.Option(SpeedConfig.pairs, "--repeats", min=3,
-                           help="Timed runs (alternating pairs when two models are compared).")
+SPEED_OPT = option(SpeedConfig, "enabled")
+SPEED_BATCH_OPT = option(SpeedConfig, "batch_size")
+REPEATS_OPT = option(SpeedConfig, "pairs")
 #: The options of every command that times a model.
 SPEED_GROUP = ("--speed", "--speed-batch", "--repeats")
 
-DATA_OPT = typer.Option(..., "--data", help="digits, cluttered-mnist, cifar10, cifar100, or an ImageFolder directory.")
-DATA_ROOT_OPT = typer.Option(None, "--data-root", help="Where CIFAR lives (or is downloaded to).")
-DOWNLOAD_OPT = typer.Option(False, "--download", help="Download CIFAR if missing (needs network).")
-VAL_SPLIT_OPT = typer.Option(None, "--val-split", help="Validate on this fraction of each class of a flat image "
-                                                      "folder (one without train/ and val/ folders), the same images "
-                                                      "every run (drawn with seed 0); the others train.")
+DATA_OPT = option(DataSource, "data", required=True)
+DATA_ROOT_OPT = option(DataSource, "data_root")
+DOWNLOAD_OPT = option(DataSource, "download")
+VAL_SPLIT_OPT = option(DataSource, "val_split")
 #: The options of every command that reads a dataset (besides --data itself).
 DATA_GROUP = ("--data-root", "--download", "--val-split")
 NUM_CLASSES_OPT = typer.Option(None, "--num-classes", min=1, help="Replace MODEL's classifier head by a new one, "
@@ -73,11 +93,6 @@ RESUME_OPT = typer.Option(False, "--resume", help="Continue the run in --out fro
                                                   "stages and last checkpoint).")
 OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace what is already there (the new one is written "
                                                         "beside it and renamed when complete).")
-
-
-def speed_config(speed: bool, speed_batch: int, repeats: int) -> SpeedConfig:
-    """The speed group's values as the :class:`~vitprune.measure.SpeedConfig` the pipelines take."""
-    return SpeedConfig(enabled=speed, batch_size=speed_batch, pairs=repeats)
 
 
 def distributed(device: str):
@@ -134,3 +149,16 @@ def check_target(path: Path, overwrite: bool, option: str) -> None:
         check_writable(path)
 
     on_main(check)
+
+
+def load_inputs(model: str, source: ModelSource, data: DataSource, *, seed: int,
+                splits: tuple[str, ...] = ("train", "val")) -> tuple[Any, dict[str, Any]]:
+    """MODEL (random weights drawn under ``seed``), and --data's ``splits`` for it, of ``train`` (augmented), ``val``
+    and ``calibration`` (the training images under the evaluation transform) (:func:`load_data`: a head made for
+    other classes is refused, as a new one would decide every pruning choice before it learned anything)."""
+    from vitprune.models import resolve_model
+
+    dense = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=seed)
+    known = {"train": ("train", True), "val": ("val", False), "calibration": ("train", False)}
+    return dense, load_data(dense, data.data, {name: known[name] for name in splits}, data_root=data.data_root,
+                            download=data.download, val_split=data.val_split, new_head=False)

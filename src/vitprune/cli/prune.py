@@ -1,44 +1,30 @@
-"""``vitprune prune ...``: structural edits that make a model smaller, saved as base + recipe + weights."""
+"""The ``vitprune prune`` commands of the methods whose presets and fine-tune defaults their configs do not hold yet
+(HetDPT, VBP, STAR, HiAP); every other method's command is generated (:mod:`vitprune.cli.methods`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import typer
-from rich.table import Table
 
-from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, OVERWRITE_OPT, PRETRAINED_OPT,
-    REPEATS_OPT, RESUME_OPT, SEED_OPT, SPEED_BATCH_OPT, SPEED_OPT, VAL_SPLIT_OPT, check_target, distributed,
-    load_data, speed_config,
-)
+from vitprune.cli.app import MODEL_HELP, console, err_console
 from vitprune.cli.config_options import config_options
-from vitprune.cli.render import ratio, render_comparison
+from vitprune.cli.methods import prune_app
+from vitprune.cli.options import JSON_OPT, RESUME_OPT, DataSource, ModelSource, distributed, load_inputs
+from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, format_count
+from vitprune.measure import SpeedConfig
+from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
 from vitprune.methods.hiap import TRAIN_DEFAULTS as HIAP_TRAIN
 from vitprune.methods.hiap import HiAPConfig
-from vitprune.methods.depth import DepthConfig
-from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
 from vitprune.methods.report import Report
-from vitprune.methods.width.config import WidthConfig
 from vitprune.methods.star.config import STARConfig
 from vitprune.methods.vbp.config import VBPConfig
 from vitprune.training import TrainConfig
 from vitprune.training.presets import PRESETS, get_preset
-
-if TYPE_CHECKING:
-    from vitprune.methods.depth import DepthReport
-    from vitprune.methods.hetdpt.merge import MergeReport
-    from vitprune.methods.width import WidthReport
-
-prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
-                        no_args_is_help=True)
-app.add_typer(prune_app, name="prune")
 
 
 SPLIT_OPT = typer.Option("auto", help="auto (the accuracy predictor decides) or A,G layers of each type.")
@@ -79,107 +65,14 @@ def _state_lr(train: TrainConfig | None, recipe: TrainConfig, json_out: bool) ->
 
 
 @prune_app.command()
-@config_options(DepthConfig)
-def depth(
-    model: str = typer.Argument(..., help=MODEL_HELP),
-    out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
-    config: DepthConfig = ...,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    seed: int = SEED_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
-    overwrite: bool = OVERWRITE_OPT,
-    json_out: bool = JSON_OPT,
-) -> None:
-    """Remove attention sublayers and MLP activations (HetDPT/BoundaryDPT depth pruning); show before/after."""
-    ctx = distributed(device)
-    check_target(out, overwrite, "--out")
-    config.validate()
-
-    from vitprune.methods.depth import run_depth
-    from vitprune.models import resolve_model
-
-    report = run_depth(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=seed), config, out=out,
-                       name=model, speed=speed_config(speed, speed_batch, repeats), device=ctx.device,
-                       progress=not json_out and ctx.is_main, dist=ctx)
-    _show_edit(report, json_out, title=f"{model}: attention removed in blocks {report.attention or 'none'}, "
-                                       f"activation in {report.activation or 'none'} (identity '{report.identity}')")
-
-
-@prune_app.command()
-@config_options(WidthConfig)
-def width(
-    model: str = typer.Argument(..., help=MODEL_HELP),
-    out: Path = typer.Option(..., "--out", help="Directory to save the pruned model to."),
-    config: WidthConfig = ...,
-    data: Optional[str] = typer.Option(None, "--data", help="Data for taylor importance (digits, cluttered-mnist, cifar10, ...)."),
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
-    overwrite: bool = OVERWRITE_OPT,
-    json_out: bool = JSON_OPT,
-) -> None:
-    """Width pruning chosen by torch-pruning (Isomorphic Pruning: stream channels, heads and head dims, FFN neurons),
-    cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`."""
-    ctx = distributed(device)
-    check_target(out, overwrite, "--out")
-    config.validate()
-
-    from vitprune.methods.width import run_width
-    from vitprune.models import resolve_model
-
-    if config.importance == "taylor" and data is None:
-        raise VitpruneError("taylor importance needs --data")
-    if data is not None:
-        dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                                   download=download, val_split=val_split, seed=config.seed, calibration=True)
-    else:
-        dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=config.seed)
-        sets = {"calibration": None}
-    # Taylor importance ranks on training images under the evaluation transform.
-    report = run_width(dense, config, out=out, train_set=sets["calibration"], name=model,
-                       speed=speed_config(speed, speed_batch, repeats), device=ctx.device,
-                       progress=not json_out and ctx.is_main, dist=ctx)
-    _show_edit(report, json_out, title=f"{model}: width ratio {report.ratio:.4f} ({config.importance}, "
-                                       f"{'isomorphic' if config.isomorphic else 'global'}, "
-                                       f"heads {config.heads:g}, head dims {config.head_dims:g}"
-                                       f"{', stream channels' if config.embed else ''})")
-
-
-def _show_edit(report: DepthReport | WidthReport | MergeReport, json_out: bool, *, title: str) -> None:
-    """Print what depth or width pruning or a merge did: as JSON, or as a before/after table under ``title`` with the
-    speed."""
-    if json_out:
-        print_json(report.to_dict())
-        return
-    before, after = report.before, report.after
-    table = Table("", "before", "after", "after / before", title=title)
-    rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
-            ("MACs, linear-only (no attention matmuls)", "macs_linear")]
-    for label, key in rows:
-        table.add_row(label, format_count(before[key]), format_count(after[key]), ratio(after[key], before[key]))
-    console.print(table)
-    render_comparison("pruned", report.model, report.speed)
-    if report.speed is not None:
-        console.print(f"MAC ratio (full convention): {ratio(before['macs_full'], after['macs_full'])}×")
-    console.print(f"saved to {report.out} (starting checkpoint: {report.model})")
-
-
-@prune_app.command()
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 @config_options(HetDPTConfig, overrides=True)
 @config_options(StageOverrides, param="stages", overrides=True)
 def hetdpt(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     budget: int = typer.Option(..., "--budget", "-k", help="Layers to remove in all: attention sublayers + GELUs."),
     out: Path = typer.Option(..., "--out", help="Run directory: stage results, fine-tuning run, model/, report."),
     split: str = SPLIT_OPT,
@@ -188,15 +81,8 @@ def hetdpt(
     config: dict = ...,
     predictor: Optional[Path] = typer.Option(None, "--predictor", help="Reuse predictor.json from an earlier run."),
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
+    speed: SpeedConfig = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
@@ -204,46 +90,16 @@ def hetdpt(
     from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
 
     chosen_split = parse_split(split)
-    settings = configure(hetdpt_preset_for(preset, data), **stages, **config)
-    ctx = distributed(device)
-    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, val_split=val_split, seed=stages.get("seed") or 0,
-                               calibration=True)
+    settings = configure(hetdpt_preset_for(preset, data.data), **stages, **config)
+    ctx = distributed(source.device)
+    dense, sets = load_inputs(model, source, data, seed=stages.get("seed") or 0,
+                              splits=("train", "val", "calibration"))
     report = run_hetdpt(dense, sets["train"], sets["val"], budget=budget, split=chosen_split, run_dir=out,
                         config=settings, device=ctx.device, progress=not json_out and ctx.is_main, resume=resume,
                         dist=ctx,
-                        predictor=predictor, speed=speed_config(speed, speed_batch, repeats),
+                        predictor=predictor, speed=speed,
                         calibration_set=sets["calibration"], log=(lambda _m: None) if json_out else err_console.print)
-    _show(model, report, render_hetdpt, json_out)
-
-
-@prune_app.command()
-def merge(
-    model: str = typer.Argument(..., help="A model saved with fc1 and fc2 apart (`prune hetdpt --no-merge`, "
-                                          "fine-tuned since or not)."),
-    out: Path = typer.Option(..., "--out", help="Directory to save the merged model to."),
-    fold_norm: bool = typer.Option(False, "--fold-norm", help="Fold each merged block's LN2 affine into its Linear."),
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
-    overwrite: bool = OVERWRITE_OPT,
-    json_out: bool = JSON_OPT,
-) -> None:
-    """Merge each fc1·fc2 pair left apart by a removed activation into one Linear (exact); show before/after."""
-    ctx = distributed(device)
-    check_target(out, overwrite, "--out")
-
-    from vitprune.methods.hetdpt.merge import run_merge
-    from vitprune.models import resolve_model
-
-    report = run_merge(resolve_model(model, pretrained=pretrained, checkpoint=checkpoint), out=out,
-                       fold_norm=fold_norm, name=model, speed=speed_config(speed, speed_batch, repeats),
-                       device=ctx.device, progress=not json_out and ctx.is_main, dist=ctx)
-    _show_edit(report, json_out, title=f"{model}: fc1·fc2 merged in blocks {report.merged_blocks} (largest output "
-                                       f"change {report.max_abs_difference:.2g})")
+    show_report(model, report, render_hetdpt, json_out)
 
 
 #: VBP's fine-tuning as the paper runs it: the recipe without --preset.
@@ -251,11 +107,14 @@ _VBP_FINETUNE = VBPConfig().finetune
 
 
 @prune_app.command()
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 @config_options(VBPConfig)
 @config_options(TrainConfig, param="loading", fields=("workers",), overrides=True)
 def vbp(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     config: VBPConfig = ...,
     loading: dict = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: statistics, selection, fine-tuning, model/, report."),
@@ -270,15 +129,8 @@ def vbp(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Fine-tuning global batch  "
                                              f"[default: the recipe's (paper: {_VBP_FINETUNE.batch_size})]"),
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
+    speed: SpeedConfig = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; fine-tune if asked."""
@@ -294,9 +146,8 @@ def vbp(
     distill = distill if distill is not None else preset is not None
     config = replace(config, finetune=finetune, distill=VBPConfig.distill if distill else "none")
     config.validate()
-    _run_calibrated(run_vbp, render_vbp, config, model=model, data=data, out=out, pretrained=pretrained,
-                    checkpoint=checkpoint, data_root=data_root, download=download, val_split=val_split,
-                    device=device, resume=resume, speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
+    _run_calibrated(run_vbp, render_vbp, config, model=model, out=out, source=source, data=data, resume=resume,
+                    speed=speed, json_out=json_out)
     _state_lr(finetune, recipe, json_out)
 
 
@@ -309,11 +160,14 @@ _STAR_BATCH = 64
 
 
 @prune_app.command()
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 @config_options(STARConfig)
 @config_options(TrainConfig, param="loading", fields=("workers",), overrides=True)
 def star(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     out: Path = typer.Option(..., "--out",
                              help="Run directory: ACS, LRP prior, schedule, fine-tuning, model/, report."),
     config: STARConfig = ...,
@@ -328,15 +182,8 @@ def star(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", min=1, help="Fine-tuning global batch  "
                                              f"[default: the preset's, else {_STAR_BATCH}]"),
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
+    speed: SpeedConfig = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates."""
@@ -351,18 +198,20 @@ def star(
                           workers=loading.get("workers")) if epochs else None)
     config = replace(config, finetune=finetune)
     config.validate()
-    _run_calibrated(run_star, render_star, config, model=model, data=data, out=out, pretrained=pretrained,
-                    checkpoint=checkpoint, data_root=data_root, download=download, val_split=val_split,
-                    device=device, resume=resume, speed=speed_config(speed, speed_batch, repeats), json_out=json_out)
+    _run_calibrated(run_star, render_star, config, model=model, out=out, source=source, data=data, resume=resume,
+                    speed=speed, json_out=json_out)
     _state_lr(finetune, recipe, json_out)
 
 
 @prune_app.command()
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(SpeedConfig, param="speed", prefix="speed_")
 @config_options(HiAPConfig)
 @config_options(TrainConfig, param="train", fields=("lr", "batch_size", "seed", "workers"), overrides=True)
 def hiap(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: training run, gates, model/, plot, report."),
     config: HiAPConfig = ...,
     preset: Optional[str] = TRAIN_PRESET_OPT,
@@ -370,15 +219,8 @@ def hiap(
                                                                        "preset's; required without one]"),
     train: dict = ...,
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    speed: bool = SPEED_OPT,
-    speed_batch: int = SPEED_BATCH_OPT,
-    repeats: int = REPEATS_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
+    speed: SpeedConfig = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the model."""
@@ -393,51 +235,25 @@ def hiap(
                          **{k: train.get(k) for k in ("batch_size", "lr", "seed", "workers")})
     config.validate()
     training.validate()
-    ctx = distributed(device)
-    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, val_split=val_split, seed=training.seed)
+    ctx = distributed(source.device)
+    dense, sets = load_inputs(model, source, data, seed=training.seed)
     report = run_hiap(dense, sets["train"], sets["val"], run_dir=out, train=training, config=config,
                       device=ctx.device, progress=not json_out and ctx.is_main, resume=resume, dist=ctx,
-                      speed=speed_config(speed, speed_batch, repeats),
+                      speed=speed,
                       log=(lambda _m: None) if json_out else err_console.print,
                       on_epoch=None if json_out else lambda stats: render_hiap_epoch(stats, config.target_macs))
-    _show(model, report, render_hiap, json_out)
+    show_report(model, report, render_hiap, json_out)
     _state_lr(training, recipe, json_out)
 
 
 def _run_calibrated(run: Callable[..., Report], render: Callable[[str, Any], None], config: Any, *, model: str,
-                    data: str, out: Path, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                    download: bool, val_split: Optional[float], device: str, resume: bool,
-                    speed: SpeedConfig, json_out: bool) -> None:
+                    out: Path, source: ModelSource, data: DataSource, resume: bool, speed: SpeedConfig,
+                    json_out: bool) -> None:
     """Load MODEL and --data (training images augmented for fine-tuning and plain for calibration), run a
     method's pipeline into --out and show its report."""
-    ctx = distributed(device)
-    dense, sets = _load_inputs(model, data, pretrained=pretrained, checkpoint=checkpoint, data_root=data_root,
-                               download=download, val_split=val_split, seed=config.seed, calibration=True)
+    ctx = distributed(source.device)
+    dense, sets = load_inputs(model, source, data, seed=config.seed, splits=("train", "val", "calibration"))
     report = run(dense, sets["train"], sets["val"], calibration_set=sets["calibration"], run_dir=out, config=config,
                  device=ctx.device, progress=not json_out and ctx.is_main, resume=resume, speed=speed, dist=ctx,
                  log=(lambda _m: None) if json_out else err_console.print)
-    _show(model, report, render, json_out)
-
-
-def _load_inputs(model: str, data: str, *, pretrained: bool, checkpoint: Optional[Path], data_root: Optional[Path],
-                 download: bool, val_split: Optional[float], seed: int,
-                 calibration: bool = False) -> tuple[Any, dict[str, Any]]:
-    """MODEL (random weights drawn under ``seed``), and --data's ``train`` (augmented) and ``val`` splits for it
-    (:func:`load_data`: a head made for other classes is refused, as a new one would decide every pruning choice
-    before it learned anything); with ``calibration``, also the training images with the evaluation transform."""
-    from vitprune.models import resolve_model
-
-    dense = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=seed)
-    splits = {"train": ("train", True), "val": ("val", False), **({"calibration": ("train", False)} if calibration
-                                                                   else {})}
-    return dense, load_data(dense, data, splits, data_root=data_root, download=download, val_split=val_split,
-                            new_head=False)
-
-
-def _show(model: str, report: Report, render: Callable[[str, Any], None], json_out: bool) -> None:
-    """Print a pipeline's report, naming MODEL: as JSON (the report's keys, then ``model``), or through ``render``."""
-    if json_out:
-        print_json({**report.to_dict(), "model": model})
-    else:
-        render(model, report)
+    show_report(model, report, render, json_out)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from vitprune.cli.app import console, err_console
+from vitprune.cli.app import console, err_console, print_json
 from vitprune.measure import busy_note, format_count
 
 if TYPE_CHECKING:  # these modules import torch: the commands import them when they run
@@ -14,6 +15,7 @@ if TYPE_CHECKING:  # these modules import torch: the commands import them when t
     from vitprune.methods.chain import ChainReport
     from vitprune.methods.hetdpt.pipeline import HetDPTReport
     from vitprune.methods.hiap.pipeline import HiAPReport
+    from vitprune.methods.report import Report
     from vitprune.methods.star.pipeline import STARReport
     from vitprune.methods.vbp.pipeline import VBPReport
 
@@ -245,3 +247,38 @@ def render_chain(model: str, report: ChainReport) -> None:
                   f"{'yes' if check['architecture_rebuilt'] else 'no'}; {onnx}")
     methods = " → ".join(record["method"] for record in report.steps[1:])
     _render_gains(model, f"chain ({methods})", percent(report.top1['final']), report)
+
+
+def render_report(model: str, report: Any, method: str) -> None:
+    """A ``method``'s report by its common fields (``top1`` with ``dense``, ``dense``, ``pruned``, ``speed``,
+    ``seconds``, ``model_dir``): the view of a method that brings no renderer of its own."""
+    cell = ", ".join(f"{percent(value)} {name.replace('_', ' ')}" for name, value in report.top1.items()
+                     if name != "dense")
+    _render_gains(model, method, cell, report)
+
+
+def show_report(model: str, report: Report, render: Callable[[str, Any], None], json_out: bool) -> None:
+    """Print a pipeline's report, naming MODEL: as JSON (the report's keys, then ``model``), or through ``render``."""
+    if json_out:
+        print_json({**report.to_dict(), "model": model})
+    else:
+        render(model, report)
+
+
+def show_edit(report: Any, json_out: bool, *, title: str) -> None:
+    """Print what an edit saved as one model directory did (depth or width pruning, a merge): as JSON, or as a
+    before/after table under ``title`` with the speed."""
+    if json_out:
+        print_json(report.to_dict())
+        return
+    before, after = report.before, report.after
+    table = Table("", "before", "after", "after / before", title=title)
+    rows = [("params", "params"), ("MACs, full (with attention matmuls)", "macs_full"),
+            ("MACs, linear-only (no attention matmuls)", "macs_linear")]
+    for label, key in rows:
+        table.add_row(label, format_count(before[key]), format_count(after[key]), ratio(after[key], before[key]))
+    console.print(table)
+    render_comparison("pruned", report.model, report.speed)
+    if report.speed is not None:
+        console.print(f"MAC ratio (full convention): {ratio(before['macs_full'], after['macs_full'])}×")
+    console.print(f"saved to {report.out} (starting checkpoint: {report.model})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vitprune.config import setting
 from vitprune.errors import VitpruneError
 
 #: Counting conventions: ``full`` adds the attention matmuls to the linear/conv layers; ``tp`` is
@@ -23,12 +24,15 @@ class SpeedConfig:
     """How a pruned model is timed against its original: one set of defaults for every command and pipeline.
 
     ``enabled=False`` skips the measurement (reports then hold ``None`` for speed). The CLI's
-    ``--speed/--no-speed``, ``--speed-batch`` and ``--repeats`` take their defaults from here.
+    ``--speed/--no-speed``, ``--speed-batch`` and ``--repeats`` are these fields.
     """
 
-    enabled: bool = True
-    batch_size: int = 16
-    pairs: int = 20
+    enabled: bool = setting(True, flag="--speed/--no-speed",
+                            help="Time the result against the original (alternating pairs).")
+    batch_size: int = setting(16, flag="--speed-batch", min=1,
+                              help="Batch of the speed measurement (1: latency; larger: throughput).")
+    pairs: int = setting(20, flag="--repeats", min=3,
+                         help="Timed runs (alternating pairs when two models are compared).")
     warmup: int = 3
 
     def validate(self) -> None:

@@ -18,6 +18,12 @@ R = TypeVar("R", bound="Report")
 class Report:
     """Base of the methods' reports: JSON form and back. Subclasses declare only their fields."""
 
+    @property
+    def saved_model(self) -> str:
+        """The directory the run saved its model to: ``model_dir`` in a run directory, or ``out`` for an edit saved
+        as one model directory."""
+        return getattr(self, "model_dir", None) or getattr(self, "out")
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: each field under its name, in declaration order."""
         return asdict(self)

@@ -17,6 +17,10 @@ INTERLEAVED_ORDERS: dict[str, tuple[str, str]] = {
 }
 
 
+#: What HetDPT needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
+REQUIRES = ("attention_removal", "activation_removal", "gates")
+
+
 @dataclass
 class HetDPTConfig:
     """Every setting of the pipeline; :func:`~vitprune.methods.hetdpt.pipeline.preset` gives tested starting points,
@@ -122,4 +126,11 @@ class StageOverrides:
         return replace(config, **stages)
 
 
-__all__ = ["INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]
+@dataclass
+class MergeConfig:
+    """HetDPT's last step on its own (:func:`~vitprune.methods.hetdpt.merge.run_merge`)."""
+
+    fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
+
+
+__all__ = ["REQUIRES", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]

@@ -36,7 +36,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.collect import collect_predictor_data
-from vitprune.methods.hetdpt.config import HetDPTConfig, StageOverrides
+from vitprune.methods.hetdpt.config import HetDPTConfig, REQUIRES, StageOverrides
 from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers, shortlist_size
 from vitprune.methods.hetdpt.plots import plot_predictor
@@ -50,8 +50,6 @@ from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers, r
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.distributed import DistContext, on_main
 
-#: What HetDPT needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
-REQUIRES = ("attention_removal", "activation_removal", "gates")
 POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, SELECTION_FILE = (
     "predictor_points.json", "predictor.json", "predictor.png", "selection.json")
 SEARCH_DIR, FINETUNE_DIR, MODEL_DIR = "search", "finetune", RUN_MODEL_DIR

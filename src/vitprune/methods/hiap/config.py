@@ -21,6 +21,11 @@ TRAIN_DEFAULTS: dict[str, Any] = {key: getattr(get_preset(PRESET).train, key)
                                   for key in ("lr", "batch_size", "warmup_epochs")}
 
 
+#: What HiAP needs of every model's family (:data:`vitprune.adapters.CAPABILITIES`); it gates heads where the family
+#: has attention, and their value dimensions where it can give heads their own widths (``layer_shapes``).
+REQUIRES = ("gates", "ffn_width")
+
+
 @dataclass
 class HiAPConfig:
     """HiAP's settings besides the training recipe; defaults are the paper's where it gives them (note §2)."""
@@ -80,4 +85,4 @@ class HiAPConfig:
         ])
 
 
-__all__ = ["COST_MODELS", "PRESET", "TRAIN_DEFAULTS", "HiAPConfig"]
+__all__ = ["REQUIRES", "COST_MODELS", "PRESET", "TRAIN_DEFAULTS", "HiAPConfig"]

@@ -31,7 +31,7 @@ from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.methods.hiap.plots import plot_architecture
-from vitprune.methods.hiap.config import HiAPConfig
+from vitprune.methods.hiap.config import HiAPConfig, REQUIRES
 from vitprune.methods.hiap.search import (
     BUDGET_TOLERANCE, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
@@ -44,10 +44,6 @@ from vitprune.training.engine import logged_epochs
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
 PLOT_FILE = "architecture.png"
-#: What HiAP needs of every model's family (:data:`vitprune.adapters.CAPABILITIES`); it gates heads where the family
-#: has attention, and their value dimensions where it can give heads their own widths (``layer_shapes``).
-REQUIRES = ("gates", "ffn_width")
-
 
 
 @dataclass

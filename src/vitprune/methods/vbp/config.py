@@ -31,6 +31,10 @@ PRESET = "imagenet-vbp"
 _RECIPE = get_preset(PRESET)
 
 
+#: What VBP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
+REQUIRES = ("ffn_width",)
+
+
 @dataclass
 class VBPConfig:
     """Every setting of the pipeline; the defaults are the paper's (ImageNet, DeiT)."""
@@ -80,4 +84,4 @@ class VBPConfig:
         return self.compensate or self.criterion in ("variance", "mean")
 
 
-__all__ = ["CRITERIA", "PRESET", "ROUNDINGS", "VBPConfig"]
+__all__ = ["REQUIRES", "CRITERIA", "PRESET", "ROUNDINGS", "VBPConfig"]

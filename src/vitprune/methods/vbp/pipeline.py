@@ -41,7 +41,7 @@ from vitprune.methods.stages import (
     retention,
     time_against,
 )
-from vitprune.methods.vbp.config import VBPConfig
+from vitprune.methods.vbp.config import REQUIRES, VBPConfig
 from vitprune.methods.vbp.criteria import neuron_scores
 from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
@@ -49,8 +49,6 @@ from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, broadcast_object, on_main
 
-#: What VBP needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
-REQUIRES = ("ffn_width",)
 STATISTICS_FILE, SELECTION_FILE = "statistics.safetensors", "selection.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 

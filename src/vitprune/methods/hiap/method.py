@@ -1,0 +1,59 @@
+"""HiAP as a registered method: ``vitprune prune hiap`` and the chain's ``hiap`` step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from vitprune.methods.base import (
+    Method, MethodData, RunContext, build_config, build_train_config, register_method, split_settings,
+)
+from vitprune.methods.hiap.config import REQUIRES, TRAIN_DEFAULTS, HiAPConfig
+from vitprune.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitprune.methods.hiap.pipeline import HiAPReport
+
+
+@dataclass
+class HiAPRun:
+    """Everything a HiAP run needs: its training (weights and gates together) and HiAP's own settings."""
+
+    train: TrainConfig
+    config: HiAPConfig
+
+    def validate(self) -> None:
+        self.train.validate()
+        self.config.validate()
+
+
+class HiAP(Method):
+    name = "hiap"
+    title = "HiAP"
+    help = ("HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the "
+            "model.")
+    config = HiAPRun
+    data = ("train", "val")
+    summary = ("heads", "neurons", "ffn_closed", "threshold")
+    settings = "TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)"
+
+    def configure(self, settings: dict[str, Any], preset: str) -> HiAPRun:
+        train_settings, rest = split_settings(settings, {f.name for f in fields(TrainConfig)})
+        run = HiAPRun(build_train_config(train_settings, self.name, defaults=TRAIN_DEFAULTS),
+                      build_config(HiAPConfig, rest, self.name))
+        run.validate()
+        return run
+
+    def requires(self, config: HiAPRun) -> tuple[str, ...]:
+        return REQUIRES
+
+    def run(self, model: nn.Module, data: MethodData, config: HiAPRun, ctx: RunContext) -> HiAPReport:
+        from vitprune.methods.hiap.pipeline import run_hiap
+
+        return run_hiap(model, data.train, data.val, train=config.train, config=config.config,
+                        on_epoch=ctx.on_epoch, **ctx.pipeline_options())
+
+
+register_method(HiAP())

@@ -1,0 +1,39 @@
+"""STAR as a registered method: ``vitprune prune star`` and the chain's ``star`` step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vitprune.methods.base import Method, MethodData, RunContext, build_config, register_method
+from vitprune.methods.star.config import STARConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from vitprune.methods.star.pipeline import STARReport
+
+
+class STAR(Method):
+    name = "star"
+    title = "STAR"
+    help = "STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates."
+    config = STARConfig
+    fixed = {"finetune": None}
+    summary = ("rho", "keep_rates")
+    settings = "STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ..."
+
+    def configure(self, settings: dict[str, Any], preset: str) -> STARConfig:
+        # rho's default (0.7) gives way to a MAC target or hand-set rates.
+        defaults = {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
+        config = build_config(STARConfig, settings, self.name, fixed=self.fixed, defaults=defaults)
+        config.validate()
+        return config
+
+    def run(self, model: nn.Module, data: MethodData, config: STARConfig, ctx: RunContext) -> STARReport:
+        from vitprune.methods.star.pipeline import run_star
+
+        return run_star(model, data.train, data.val, config=config, calibration_set=data.calibration,
+                        **ctx.pipeline_options())
+
+
+register_method(STAR())

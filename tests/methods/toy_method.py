@@ -1,0 +1,92 @@
+"""A method registered from outside vitprune: random FFN-neuron pruning, as a user's package would add one.
+
+It touches the model only through vitprune's public parts (the adapter's block views, a registered surgery edit,
+save), and reaches the command line and chains by registering itself: nothing in ``cli/`` or ``methods/chain.py``
+names it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import vitprune
+from vitprune.atomic import write_json
+from vitprune.config import setting
+from vitprune.data import build_loader
+from vitprune.measure import CONVENTIONS, count_macs
+from vitprune.methods.base import Method, MethodData, RunContext, register_method
+from vitprune.methods.report import REPORT_FILE, Report
+from vitprune.methods.stages import Stages, prepare_run_dir, time_against
+from vitprune.recipe import RUN_MODEL_DIR
+from vitprune.surgery import prune_mlp_neurons
+from vitprune.training import evaluate
+
+NAME = "random-neurons"
+
+
+@dataclass
+class RandomNeuronsConfig:
+    ratio: float = setting(0.3, min=0, max=0.9, help="Share of each MLP's hidden neurons removed, drawn at random.")
+    seed: int = setting(0, help="Seed of the draw and of a --no-pretrained model's weights.")
+
+
+@dataclass
+class RandomNeuronsReport(Report):
+    removed: dict[str, list[int]]
+    top1: dict[str, float | None]
+    dense: dict[str, int]
+    pruned: dict[str, int]
+    mac_conventions: dict[str, str]
+    speed: dict[str, Any] | None
+    seconds: dict[str, float]
+    model_dir: str
+
+
+def random_removal(model: torch.nn.Module, config: RandomNeuronsConfig) -> dict[int, list[int]]:
+    """Per block, the hidden neurons the draw removes."""
+    generator = torch.Generator().manual_seed(config.seed)
+    removed = {}
+    for view in vitprune.get_adapter(model).blocks():
+        width = view.mlp.hidden_features
+        removed[view.index] = sorted(torch.randperm(width, generator=generator)[: int(config.ratio * width)].tolist())
+    return removed
+
+
+class RandomNeurons(Method):
+    name = NAME
+    title = "random neuron pruning"
+    help = "Random FFN-neuron pruning (a toy method registered by the tests)."
+    config = RandomNeuronsConfig
+    data = ("val",)
+    summary = ("removed",)
+
+    def requires(self, config: RandomNeuronsConfig) -> tuple[str, ...]:
+        return ("ffn_width",)
+
+    def run(self, model: torch.nn.Module, data: MethodData, config: RandomNeuronsConfig,
+            ctx: RunContext) -> RandomNeuronsReport:
+        run_dir = prepare_run_dir(ctx.run_dir, ctx.resume, start=model, seed=config.seed)
+        stages = Stages(ctx.log)
+        val = build_loader(data.val, 64, shuffle=False, seed=0)
+        pruned = copy.deepcopy(model)
+        removed = random_removal(model, config)
+        for block, gone in removed.items():
+            width = vitprune.get_adapter(pruned).block(block).mlp.hidden_features
+            prune_mlp_neurons(pruned, block, [i for i in range(width) if i not in set(gone)])
+        top1 = {"dense": evaluate(model, val)["top1"], "pruned": evaluate(pruned, val)["top1"]}
+        vitprune.save(pruned, run_dir / RUN_MODEL_DIR)
+        report = RandomNeuronsReport(
+            removed={str(b): gone for b, gone in removed.items()}, top1=top1, dense=count_macs(model).totals(),
+            pruned=count_macs(pruned).totals(), mac_conventions=CONVENTIONS,
+            speed=time_against(stages, pruned, model, ctx.speed, device=torch.device("cpu"), progress=False),
+            seconds=stages.seconds, model_dir=str(run_dir / RUN_MODEL_DIR))
+        write_json(run_dir / REPORT_FILE, report.to_dict())
+        return report
+
+
+def register() -> RandomNeurons:
+    return register_method(RandomNeurons())
