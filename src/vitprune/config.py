@@ -35,16 +35,18 @@ class CliFacts:
     alternative: bool = False
     #: The option's value times ``scale`` is the field's (GMACs on the command line, MACs in the config).
     scale: float = 1.0
+    #: Old spellings of the flag, kept hidden for one release: they still work and warn that the name changed.
+    aliases: tuple[str, ...] = ()
 
 
 def setting(default: Any = MISSING, *, default_factory: Callable[[], Any] | Any = MISSING, help: str,
             flag: str | None = None, short: str | None = None, min: float | None = None, max: float | None = None,
             choices: Iterable[str] | None = None, required: bool = False, alternative: bool = False,
-            scale: float = 1.0) -> Any:
+            scale: float = 1.0, aliases: Iterable[str] = ()) -> Any:
     """A dataclass field that the CLI exposes as an option; ``choices`` may be a registry (its keys are taken)."""
     facts = CliFacts(help=help, flag=flag, short=short, min=min, max=max,
                      choices=None if choices is None else tuple(choices), required=required,
-                     alternative=alternative, scale=scale)
+                     alternative=alternative, scale=scale, aliases=tuple(aliases))
     return dataclasses.field(default=default, default_factory=default_factory, metadata={CLI_METADATA: facts})
 
 

@@ -13,10 +13,12 @@ from test_cli import run
 from test_help import command_tree
 
 from vitprune.cli import chain, prune
+from vitprune.cli.options import DataSource, FinetuneOptions, ModelSource, RunOutput
 from vitprune.cli.config_options import PRESET_DEFAULT, option_defaults
 from vitprune.config import cli_facts
 from vitprune.methods.chain import hetdpt_plus_steps
 from vitprune.methods.depth import DepthConfig
+from vitprune.methods.hetdpt.config import HetDPTBudget
 from vitprune.methods.hetdpt.pipeline import HetDPTConfig, StageOverrides, configure, preset
 from vitprune.methods.hiap import TRAIN_DEFAULTS, HiAPConfig
 from vitprune.methods.star.pipeline import STARConfig
@@ -40,8 +42,11 @@ CONVERTED = [
     (("prune", "vbp"), VBPConfig, None, {}, set(), False),
     (("prune", "star"), STARConfig, None, {}, set(), False),
     (("prune", "hiap"), HiAPConfig, None, {}, set(), False),
-    # --epochs is the command's own (a --preset gives it); the rest change the recipe (HiAP's or --preset's).
-    (("prune", "hiap"), TrainConfig, {"lr", "batch_size", "seed"}, {}, set(), True),
+    # The fine-tune group: --preset, --epochs and the changes to the recipe (the method's own or --preset's).
+    *((("prune", method), FinetuneOptions, None, {}, set(), False) for method in ("vbp", "star", "hiap")),
+    *((path, group, None, {}, set(), False) for path in (("prune", "vbp"), ("prune", "hetdpt"), ("chain",))
+      for group in (ModelSource, DataSource, RunOutput)),
+    (("prune", "hetdpt"), HetDPTBudget, None, {}, set(), False),
     (("finetune",), TrainConfig, None, {}, set(), False),
     (("finetune",), DistillConfig, None, {}, set(), False),
 ]

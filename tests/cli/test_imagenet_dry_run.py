@@ -34,10 +34,10 @@ COMMANDS = {
                 "--search-epochs", "1", "--epochs", "1", "--probe-images", "256", "--te-images", "64", "-b", BATCH],
                "predictor.json"),
     "vbp": (["prune", "vbp", "--preset", "imagenet-vbp", "--ratio", "0.5", "--calibration-images", "64",
-             "--finetune-epochs", "1", "-b", BATCH], "selection.json"),
+             "--epochs", "1", "-b", BATCH], "selection.json"),
     # "minmax": the untrained model's ACS does not grow with depth, as the paper's anchors need.
     "star": (["prune", "star", "--preset", "imagenet-star", "--rho", "0.7", "--anchor", "minmax", "--acs-images", "32",
-              "--lrp-images", "16", "--finetune-epochs", "1", "-b", BATCH], "schedule.json"),
+              "--lrp-images", "16", "--epochs", "1", "-b", BATCH], "schedule.json"),
     # One training phase (weights and gates), stopped after its first epoch and resumed from its checkpoint.
     "hiap": (["prune", "hiap", "--preset", "imagenet-hiap", "--epochs", "2", "-b", BATCH], "search/metrics.jsonl"),
 }

@@ -102,3 +102,20 @@ def test_a_chain_step_defaults_as_its_command(method, command, required, not_in_
             assert step[key] == _default(param), f"{method} step's {key} vs --{key.replace('_', '-')}"
             compared += 1
     assert compared >= 3
+
+
+def test_no_command_function_takes_more_than_ten_parameters():
+    """Shared options come in groups (model source, data, speed, output, fine-tune), one parameter each."""
+    import inspect
+
+    counts = {" ".join(path): len(inspect.signature(inspect.unwrap(command.callback)).parameters)
+              for path, command in COMMANDS.items()}
+    assert max(counts.values()) <= 10, {name: n for name, n in counts.items() if n > 10}
+
+
+def test_an_old_option_name_still_works_and_warns(capsys):
+    from test_cli import run
+
+    code, _, err = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio", "0.5",
+                       "--finetune-epochs", "0", "--out", "/nonexistent/forbidden/run", "--json")
+    assert "--finetune-epochs is now --epochs" in err

@@ -170,7 +170,7 @@ def test_prune_vbp_baseline_with_fine_tuning_as_json(capsys, tmp_path):
     out = tmp_path / "run"
     code, stdout, _ = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio",
                           "0.3", "--criterion", "snip", "--no-compensate", "--calibration-images", "32",
-                          "--finetune-epochs", "1", "--distill", "--lr", "5e-4", "--batch-size", "64",
+                          "--epochs", "1", "--distill", "--lr", "5e-4", "--batch-size", "64",
                           "--speed-batch", "2", "--out", str(out), "--json")
     assert code == 0
     report = json.loads(stdout)
@@ -294,10 +294,10 @@ def _handed(capsys, method, *argv):
 
 @pytest.mark.parametrize("method, argv, key, lr, batch", [
     # The paper's recipes: VBP 1.5e-5 at batch 32; STAR 2e-5 per 512 images (8e-5 at 2048); HiAP 5e-5 at 256.
-    ("vbp", ["--ratio", "0.5", "--finetune-epochs", "1"], "finetune", 1.5e-5, 32),
-    ("vbp", ["--ratio", "0.5", "--finetune-epochs", "1", "-b", "64"], "finetune", 3e-5, 64),
-    ("star", ["--rho", "0.7", "--finetune-epochs", "1", "-b", "512"], "finetune", 2e-5, 512),
-    ("star", ["--rho", "0.7", "--finetune-epochs", "1"], "finetune", 8e-5 * 64 / 2048, 64),  # the CLI's batch 64
+    ("vbp", ["--ratio", "0.5", "--epochs", "1"], "finetune", 1.5e-5, 32),
+    ("vbp", ["--ratio", "0.5", "--epochs", "1", "-b", "64"], "finetune", 3e-5, 64),
+    ("star", ["--rho", "0.7", "--epochs", "1", "-b", "512"], "finetune", 2e-5, 512),
+    ("star", ["--rho", "0.7", "--epochs", "1"], "finetune", 8e-5 * 64 / 2048, 64),  # the CLI's batch 64
     ("hiap", ["--epochs", "1"], "train", 5e-5, 256),
     ("hiap", ["--epochs", "1", "-b", "64"], "train", 1.25e-5, 64),
 ], ids=["vbp", "vbp-batch", "star-batch", "star-cpu-batch", "hiap", "hiap-batch"])
@@ -321,9 +321,9 @@ def test_a_preset_gives_the_fine_tuning_recipe(capsys, handed):
     _handed(capsys, "vbp", "--ratio", "0.5", "--preset", "imagenet-vbp")
     config = handed["config"]
     assert config.finetune == get_preset("imagenet-vbp").train and config.distill == "soft"  # the paper distils
-    _handed(capsys, "vbp", "--ratio", "0.5", "--preset", "imagenet-vbp", "--no-distill", "--finetune-epochs", "0")
+    _handed(capsys, "vbp", "--ratio", "0.5", "--preset", "imagenet-vbp", "--no-distill", "--epochs", "0")
     assert handed["config"].finetune is None and handed["config"].distill == "none"
-    _handed(capsys, "star", "--rho", "0.7", "--preset", "imagenet-star", "--finetune-epochs", "2", "-b", "256",
+    _handed(capsys, "star", "--rho", "0.7", "--preset", "imagenet-star", "--epochs", "2", "-b", "256",
             "--seed", "3")
     star = get_preset("imagenet-star").train
     assert handed["config"].finetune == dataclasses.replace(star.at_batch(256), epochs=2, seed=3)

@@ -21,12 +21,12 @@ from vitprune.recipe import WEIGHTS_FILE
 COMMANDS = {
     "depth": ["prune", "depth", "{model}", "--attention", "0", "--activation", "1"],
     "vbp": ["prune", "vbp", "{model}", "--data", "digits", "--ratio", "0.5", "--calibration-images", "64",
-            "--finetune-epochs", "1", "-b", "16"],
+            "--epochs", "1", "-b", "16"],
     "hetdpt": ["prune", "hetdpt", "{model}", "--data", "digits", "-k", "2", "--split", "1,1", "--preset", "digits",
                "--search-epochs", "1", "--epochs", "1", "-b", "16"],
     "hiap": ["prune", "hiap", "{model}", "--data", "digits", "--epochs", "1", "-b", "16"],
     "star": ["prune", "star", "{model}", "--data", "digits", "--rho", "0.7", "--alpha", "0.5", "--acs-images", "32",
-             "--lrp-images", "16", "--finetune-epochs", "1", "-b", "16"],
+             "--lrp-images", "16", "--epochs", "1", "-b", "16"],
     "width": ["prune", "width", "{model}", "--data", "digits", "-p", "0.3", "--importance", "taylor",
               "--taylor-batches", "3", "--taylor-batch-size", "16"],
     # The chain command's path: HetDPT with its Stage 2, taylor width pruning to 1.8 MMACs, the width fine-tune.

@@ -10,12 +10,13 @@ from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
+from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT,
-    PRETRAINED_OPT, VAL_SPLIT_OPT, AttentionIdentity, check_target, load_data,
+    IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT, AttentionIdentity, DataSource, ModelSource, check_target, load_data,
 )
 from vitprune.cli.render import percent
 from vitprune.errors import VitpruneError
+from vitprune.training.config import TrainConfig
 
 analyze_app = typer.Typer(
     help="HetDPT's analyses: mask-gradient disparity and single-layer recovery of attention vs activation layers.",
@@ -29,19 +30,16 @@ BATCH_SIZE_OPT = typer.Option(64, "--batch-size", "-b", min=1)
 
 
 @analyze_app.command("gradient-disparity")
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
 def gradient_disparity_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     out: Path = OUT_OPT,
     batches: Optional[int] = typer.Option(None, "--batches", min=1, help="Batches to measure (default: one epoch)."),
     batch_size: int = BATCH_SIZE_OPT,
     identity: AttentionIdentity = IDENTITY_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -55,12 +53,13 @@ def gradient_disparity_cmd(
     from vitprune.methods.hetdpt import gradient_disparity, plot_gradient_disparity
     from vitprune.models import resolve_model
 
-    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
-    dataset = load_data(net, data, {"train": ("train", False)}, data_root=data_root, download=download,
-                        val_split=val_split, new_head=False)["train"]
+    net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint).to(
+        resolve_device(source.device))
+    dataset = load_data(net, data.data, {"train": ("train", False)}, data_root=data.data_root,
+                        download=data.download, val_split=data.val_split, new_head=False)["train"]
     loader = build_loader(dataset, batch_size, shuffle=True, seed=0)
     result = gradient_disparity(net, loader, identity=identity.value, max_batches=batches, progress=not json_out)
-    document = {"model": model, "data": data, "split": "train", "batch_size": batch_size, "max_batches": batches,
+    document = {"model": model, "data": data.data, "split": "train", "batch_size": batch_size, "max_batches": batches,
                 "seed": 0, **result}
     paths = _write(out, "gradient_disparity", document, plot_gradient_disparity)
     if json_out:
@@ -80,24 +79,19 @@ def gradient_disparity_cmd(
 
 
 @analyze_app.command("recovery")
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
+@config_options(TrainConfig, param="train", fields=("epochs", "lr", "batch_size", "seed"), defaults={"epochs": 1})
 def recovery_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     out: Path = OUT_OPT,
     layers: Optional[List[str]] = typer.Option(
         None, "--layers", help="TYPE:BLOCK[,TYPE:BLOCK...] with TYPE attention or activation, e.g. "
                                "attention:3,activation:5; repeatable (default: every layer)."),
-    epochs: int = typer.Option(1, "--epochs", min=1, help="Fine-tuning epochs after each removal."),
-    lr: float = typer.Option(5e-4, "--lr", help="Peak learning rate of the fine-tune."),
-    batch_size: int = BATCH_SIZE_OPT,
-    seed: int = typer.Option(0, "--seed"),
+    train: TrainConfig = ...,
     identity: AttentionIdentity = IDENTITY_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
-    device: str = DEVICE_OPT,
+    source: ModelSource = ...,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -106,23 +100,21 @@ def recovery_cmd(
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt import plot_recovery, recovery_asymmetry
     from vitprune.models import resolve_model
-    from vitprune.training import TrainConfig
 
     chosen = _parse_layers(layers) if layers else None
-    config = TrainConfig(epochs=epochs, lr=lr, batch_size=batch_size, seed=seed)
-    dev = resolve_device(device)
-    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(dev)
-    sets = load_data(net, data, {"train": ("train", True), "val": ("val", False)}, data_root=data_root,
-                     download=download, val_split=val_split, new_head=False)
-    result = recovery_asymmetry(net, sets["train"], sets["val"], config=config, layers=chosen, identity=identity.value,
+    dev = resolve_device(source.device)
+    net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint).to(dev)
+    sets = load_data(net, data.data, {"train": ("train", True), "val": ("val", False)}, data_root=data.data_root,
+                     download=data.download, val_split=data.val_split, new_head=False)
+    result = recovery_asymmetry(net, sets["train"], sets["val"], config=train, layers=chosen, identity=identity.value,
                                 device=dev, progress=not json_out)
-    document = {"model": model, "data": data, **result}
+    document = {"model": model, "data": data.data, **result}
     paths = _write(out, "recovery", document, plot_recovery)
     if json_out:
         print_json(document)
         return
     table = Table("layer", "block", "top-1 after removal", "after fine-tuning",
-                  title=f"{model}: one layer removed, then {epochs} epoch(s) of fine-tuning "
+                  title=f"{model}: one layer removed, then {train.epochs} epoch(s) of fine-tuning "
                         f"(dense top-1 {percent(result['dense_top1'])})")
     for row in result["layers"]:
         table.add_row(row["type"], str(row["block"]), percent(row['top1_pruned']),

@@ -10,9 +10,9 @@ import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
+from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, PRETRAINED_OPT, REPEATS_OPT,
-    SPEED_BATCH_OPT, VAL_SPLIT_OPT, Convention, load_data,
+    DEVICE_OPT, JSON_OPT, REPEATS_OPT, SPEED_BATCH_OPT, Convention, DataSource, ModelSource, load_data,
 )
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
@@ -80,17 +80,14 @@ def bench(
 
 
 @app.command("eval")
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
 def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
+    data: DataSource = ...,
     split: str = typer.Option("val", help="Dataset split."),
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
     batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
-    device: str = DEVICE_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
+    source: ModelSource = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Top-1/top-5 accuracy and loss of MODEL on a dataset split."""
@@ -98,14 +95,15 @@ def evaluate_cmd(
     from vitprune.models import resolve_model
     from vitprune.training import evaluate
 
-    net = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint).to(resolve_device(device))
-    dataset = load_data(net, data, {split: (split, False)}, data_root=data_root, download=download,
-                        val_split=val_split, new_head=False)[split]
+    net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint).to(
+        resolve_device(source.device))
+    dataset = load_data(net, data.data, {split: (split, False)}, data_root=data.data_root, download=data.download,
+                        val_split=data.val_split, new_head=False)[split]
     metrics = evaluate(net, build_loader(dataset, batch_size, shuffle=False, seed=0), progress=not json_out)
     if json_out:
-        print_json({"model": model, "data": data, "split": split, **metrics})
+        print_json({"model": model, "data": data.data, "split": split, **metrics})
     else:
-        render_eval(model, data, split, metrics)
+        render_eval(model, data.data, split, metrics)
 
 
 @app.command()

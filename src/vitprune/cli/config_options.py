@@ -12,6 +12,7 @@ import functools
 import inspect
 import types
 import typing
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any, Optional, TypeVar
@@ -19,7 +20,7 @@ from typing import Any, Optional, TypeVar
 import typer
 
 from vitprune.config import CliFacts, cli_facts
-from vitprune.errors import VitpruneError
+from vitprune.errors import VitpruneError, VitpruneWarning
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,10 +65,36 @@ class _Option:
             default = default / self.facts.scale if self.facts.scale != 1 else default
         help = self.facts.help + (f"  {PRESET_DEFAULT}" if unset else "")
         option = typer.Option(default, *flags, help=help, min=self.facts.min, max=self.facts.max)
+        return inspect.Parameter(prefix + self.name, parameter_kind, default=option,
+                                 annotation=self._annotation(default, unset))
+
+    def _annotation(self, default: Any, unset: bool) -> Any:
         value_type = self.choice_type if self.facts.choices else str if self.is_list else self.kind
         optional = self.optional or self.facts.alternative or unset or (self.is_list and default is None)
-        annotation = Optional[value_type] if optional else value_type
-        return inspect.Parameter(prefix + self.name, parameter_kind, default=option, annotation=annotation)
+        return Optional[value_type] if optional else value_type
+
+    def alias_parameters(self, parameter_kind: inspect._ParameterKind, prefix: str) -> list[inspect.Parameter]:
+        """A hidden parameter per old spelling of the flag (unset unless named)."""
+        return [inspect.Parameter(self.alias_name(prefix, alias), parameter_kind,
+                                  annotation=self._annotation(None, True),
+                                  default=typer.Option(None, alias, hidden=True, min=self.facts.min,
+                                                       max=self.facts.max))
+                for alias in self.facts.aliases]
+
+    def alias_name(self, prefix: str, alias: str) -> str:
+        return f"{prefix}{self.name}__{alias.lstrip('-').replace('-', '_')}"
+
+    def given(self, kwargs: dict[str, Any], prefix: str) -> Any:
+        """The option's command-line value, popped from ``kwargs``; an old spelling used warns that the name
+        changed (and gives way to the new one where both are named)."""
+        value = kwargs.pop(prefix + self.name)
+        for alias in self.facts.aliases:
+            old = kwargs.pop(self.alias_name(prefix, alias))
+            if old is not None:
+                warnings.warn(f"{alias} is now {self.flag}; the old name goes in the next release",
+                              VitpruneWarning, stacklevel=2)
+                value = old if value is None else value
+        return value
 
     @functools.cached_property
     def choice_type(self) -> type[Enum]:
@@ -153,13 +180,14 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
             if parameter.name != param:
                 parameters.append(parameter)
                 continue
-            parameters.extend(option.parameter(field_defaults.get(option.name, ...), parameter.kind,
-                                               required=option.name in required, unset=overrides, prefix=prefix)
-                              for option in options)
+            for option in options:
+                parameters.append(option.parameter(field_defaults.get(option.name, ...), parameter.kind,
+                                                   required=option.name in required, unset=overrides, prefix=prefix))
+                parameters.extend(option.alias_parameters(parameter.kind, prefix))
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            values = {option.name: option.value(kwargs.pop(prefix + option.name)) for option in options}
+            values = {option.name: option.value(option.given(kwargs, prefix)) for option in options}
             given = {option.name: values[option.name] for option in options
                      if values[option.name] is not None or (option.facts.alternative and not overrides)}
             return command(**kwargs, **{param: given if overrides else config_cls(**{**defaults, **given})})

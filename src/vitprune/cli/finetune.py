@@ -10,31 +10,27 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    CHECKPOINT_OPT, DATA_OPT, DATA_ROOT_OPT, DEVICE_OPT, DOWNLOAD_OPT, JSON_OPT, NUM_CLASSES_OPT, PRETRAINED_OPT,
-    RESUME_OPT, VAL_SPLIT_OPT, distributed, load_data,
+    JSON_OPT, NUM_CLASSES_OPT, RESUME_OPT, DataSource, ModelSource, distributed, load_data,
 )
 from vitprune.cli.render import percent
 from vitprune.training import DistillConfig, TrainConfig
 
 
 @app.command()
+@config_options(ModelSource, param="source")
+@config_options(DataSource, param="data", required=("data",))
 @config_options(TrainConfig, param="train")
 @config_options(DistillConfig, param="distillation")
 def finetune(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: str = DATA_OPT,
+    data: DataSource = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and model/ when done."),
     train: TrainConfig = ...,
     distillation: DistillConfig = ...,
     teacher: Optional[str] = typer.Option(None, help="Teacher MODEL (default: the original MODEL was pruned from)."),
     resume: bool = RESUME_OPT,
-    pretrained: bool = PRETRAINED_OPT,
-    checkpoint: Optional[Path] = CHECKPOINT_OPT,
-    data_root: Optional[Path] = DATA_ROOT_OPT,
-    download: bool = DOWNLOAD_OPT,
-    val_split: Optional[float] = VAL_SPLIT_OPT,
+    source: ModelSource = ...,
     num_classes: Optional[int] = NUM_CLASSES_OPT,
-    device: str = DEVICE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Fine-tune MODEL on --data; runs unchanged under `torchrun --nproc_per_node N -m vitprune finetune ...`."""
@@ -51,10 +47,10 @@ def finetune(
     distillation.validate()
     check_writable(out, inside=True)  # before the data loads and an epoch trains
     distill = distillation.distill
-    ctx = distributed(device)
-    student = resolve_model(model, pretrained=pretrained, checkpoint=checkpoint, seed=train.seed)
-    sets = load_data(student, data, {"train": ("train", True), "val": ("val", False)}, data_root=data_root,
-                     download=download, val_split=val_split, num_classes=num_classes)
+    ctx = distributed(source.device)
+    student = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=train.seed)
+    sets = load_data(student, data.data, {"train": ("train", True), "val": ("val", False)}, data_root=data.data_root,
+                     download=data.download, val_split=data.val_split, num_classes=num_classes)
     teacher_model = None
     if distill != "none":
         teacher_model = resolve_model(teacher) if teacher is not None else original_model(student)
@@ -68,7 +64,7 @@ def finetune(
     if not ctx.is_main:
         return
     # Every epoch of the run, those trained before a resume included.
-    summary = {"model": model, "data": data, "classes": dataset_classes(sets["val"]), "run_dir": str(out),
+    summary = {"model": model, "data": data.data, "classes": dataset_classes(sets["val"]), "run_dir": str(out),
                "epochs": logged_epochs(out), "distill": distill,
                "teacher": teacher or ("original" if distill != "none" else None)}
     save(student, out / RUN_MODEL_DIR, metadata={"finetune": summary})

@@ -22,6 +22,8 @@ from vitprune.config import setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
+from vitprune.training.config import TRAINING_HELP
+from vitprune.training.presets import PRESETS
 from vitprune.surgery import IDENTITY_HELP
 
 if TYPE_CHECKING:
@@ -60,6 +62,30 @@ class DataSource:
                                                     "run (drawn with seed 0); the others train.")
 
 
+@dataclass
+class FinetuneOptions:
+    """The training a method runs after pruning (HiAP: its gate training): a paper's recipe by --preset, or the
+    method's own schedule, changed by the options named. Without --preset or --epochs VBP and STAR do not fine-tune
+    and HiAP refuses to start."""
+
+    preset: Optional[str] = setting(None, help=f"Train with a paper's recipe ({', '.join(PRESETS)}; docs/recipes.md): "
+                                               "its epochs, batch, schedule and augmentation; the options here change "
+                                               "it.")
+    epochs: Optional[int] = setting(None, min=0, aliases=("--finetune-epochs",), help=TRAINING_HELP["epochs"])
+    lr: Optional[float] = setting(None, help=TRAINING_HELP["lr"])
+    batch_size: Optional[int] = setting(None, short="-b", min=1, help=TRAINING_HELP["batch_size"])
+    workers: Optional[int] = setting(None, min=0, help=TRAINING_HELP["workers"])
+
+
+@dataclass
+class RunOutput:
+    """What a command that writes a run directory does with one that holds a run, and how it prints."""
+
+    resume: bool = setting(False, flag="--resume", help="Continue the run in --out from where it stopped (its "
+                                                        "finished stages and last checkpoint).")
+    json: bool = setting(False, flag="--json", help="Print machine-readable JSON instead of tables.")
+
+
 PRETRAINED_OPT = option(ModelSource, "pretrained")
 CHECKPOINT_OPT = option(ModelSource, "checkpoint")
 DEVICE_OPT = option(ModelSource, "device")
@@ -87,10 +113,9 @@ NUM_CLASSES_OPT = typer.Option(None, "--num-classes", min=1, help="Replace MODEL
 #: The option of every command that can train a new head (finetune, and the prune methods and chains that fine-tune).
 CLASSES_GROUP = ("--num-classes",)
 
-JSON_OPT = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+JSON_OPT = option(RunOutput, "json")
 IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity", help=IDENTITY_HELP)
-RESUME_OPT = typer.Option(False, "--resume", help="Continue the run in --out from where it stopped (its finished "
-                                                  "stages and last checkpoint).")
+RESUME_OPT = option(RunOutput, "resume")
 OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace what is already there (the new one is written "
                                                         "beside it and renamed when complete).")
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from vitprune.errors import VitpruneError
 
@@ -38,3 +38,13 @@ class Report:
             raise VitpruneError(f"not a {cls.__name__}: " + "; ".join(
                 f"{what} {', '.join(keys)}" for what, keys in (("missing", missing), ("unknown", unknown)) if keys))
         return cls(**data)
+
+
+class EditReport(Protocol):
+    """What an edit saved as one model directory reports (depth and width pruning, a merge): where it saved the model,
+    the timing, and its JSON form."""
+
+    out: str
+    speed: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]: ...

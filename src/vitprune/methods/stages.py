@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -18,17 +18,14 @@ from vitprune.atomic import check_writable, read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, compare_speed
+from vitprune.methods.report import EditReport
 from vitprune.recipe import save
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main, shard_dataset
 from vitprune.training.engine import logged_epochs
 
-if TYPE_CHECKING:
-    from vitprune.methods.depth import DepthReport
-    from vitprune.methods.width.pipeline import WidthReport
-
 T = TypeVar("T")
-R = TypeVar("R", "DepthReport", "WidthReport")
+E = TypeVar("E", bound=EditReport)
 
 
 class Stages:
@@ -59,8 +56,8 @@ def time_against(stages: Stages, pruned: nn.Module, original: nn.Module, speed: 
         progress=progress).to_dict()))
 
 
-def save_and_time(report: R, key: str, pruned: nn.Module, original: nn.Module, speed: SpeedConfig, *,
-                  device: torch.device | str | None, progress: bool) -> R:
+def save_and_time(report: E, key: str, pruned: nn.Module, original: nn.Module, speed: SpeedConfig, *,
+                  device: torch.device | str | None, progress: bool) -> E:
     """Save ``pruned`` to ``report.out`` with ``report`` (but for its speed) under ``key`` in the metadata, then time
     it against ``original`` as ``speed`` says (on ``device``, default ``original``'s) into ``report.speed``. Under
     torchrun rank 0 saves and times; every rank gets the figures."""

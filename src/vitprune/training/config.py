@@ -15,6 +15,15 @@ if TYPE_CHECKING:
 #: The optimizers a run can use.
 OPTIMIZERS = ("adamw", "sgd")
 
+#: The help of the training options every command that trains shares (``vitprune finetune``, the methods' fine-tunes,
+#: HetDPT's Stage 2, HiAP's training): one text for one meaning.
+TRAINING_HELP = {
+    "epochs": "Training epochs (of the fine-tune after pruning; HiAP: of its training with the gates).",
+    "lr": "Peak learning rate (after warm-up); a recipe's scales with --batch-size unless this is given.",
+    "batch_size": "Global batch (split over processes).",
+    "workers": "Data-loading worker processes per training process (the result does not depend on them).",
+}
+
 #: Distillation kinds: no teacher term, KL to the teacher's softened distribution, CE to its argmax.
 KINDS = ("none", "soft", "hard")
 
@@ -23,9 +32,9 @@ KINDS = ("none", "soft", "hard")
 class TrainConfig:
     """Everything that determines a run's result (saved in each checkpoint and checked on resume)."""
 
-    epochs: int = setting(min=1, help="Training epochs.")
-    lr: float = setting(5e-4, help="Peak learning rate (after warm-up).")
-    batch_size: int = setting(64, short="-b", min=1, help="Global batch (split over processes).")
+    epochs: int = setting(min=1, help=TRAINING_HELP["epochs"])
+    lr: float = setting(5e-4, help=TRAINING_HELP["lr"])
+    batch_size: int = setting(64, short="-b", min=1, help=TRAINING_HELP["batch_size"])
     optimizer: str = setting("adamw", choices=OPTIMIZERS, help="Optimizer.")
     momentum: float = setting(0.9, help="SGD momentum.")
     weight_decay: float = setting(0.05, help="Weight decay.")
@@ -53,8 +62,7 @@ class TrainConfig:
     seed: int = setting(0, help="Seed of initialisation, data order and augmentation.")
     checkpoint_every: int = setting(0, min=0, help="Steps between checkpoints (0: epochs).")
     #: Not part of the result: each image is augmented under its own seed, whichever process loads it.
-    workers: int = setting(0, min=0, help="Data-loading worker processes per training process (persistent; "
-                                          "pinned memory on CUDA); the result does not depend on it.")
+    workers: int = setting(0, min=0, help=TRAINING_HELP["workers"])
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""

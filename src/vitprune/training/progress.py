@@ -11,15 +11,22 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import contextmanager
 from datetime import timedelta
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TaskID, TextColumn, TimeElapsedColumn
 
 from vitprune.errors import VitpruneError
 
-if TYPE_CHECKING:  # the engine's evaluation uses this module's bar, so importing the engine here would loop
-    from vitprune.training.engine import Trainer
+
+class _Run(Protocol):
+    """What the bar reads of a training run (:class:`~vitprune.training.engine.Trainer`): its length and position.
+    The engine's evaluation uses this module's bar, so naming the engine here would make an import circle."""
+
+    config: Any
+    epoch: int
+    batch: int
+    batches_per_epoch: int
 
 
 #: Seconds between the lines of a bar on a console that is not a terminal (:class:`LineProgress`).
@@ -110,8 +117,8 @@ def track_batches(loader: Iterable[T], description: str, *, max_batches: int | N
 
 
 @contextmanager
-def training_progress(trainer: Trainer, *, enabled: bool = True,
-                      console: Console | None = None) -> Iterator[Callable[[Trainer, float, float], None]]:
+def training_progress(trainer: _Run, *, enabled: bool = True,
+                      console: Console | None = None) -> Iterator[Callable[[_Run, float, float], None]]:
     """Yield an ``on_batch`` callback for :meth:`Trainer.fit` that drives a rich bar on stderr (silent if disabled)."""
     total_epochs = trainer.config.epochs
     with progress_bar(enabled, console) as bar:
@@ -119,7 +126,7 @@ def training_progress(trainer: Trainer, *, enabled: bool = True,
         task = bar.add_task("training", total=total_epochs * trainer.batches_per_epoch, stats="", completed=first)
         start = time.perf_counter()
 
-        def on_batch(t: Trainer, loss: float, top1: float) -> None:
+        def on_batch(t: _Run, loss: float, top1: float) -> None:
             done = t.epoch * t.batches_per_epoch + t.batch
             # Images of this process; under torchrun every process runs at about the same rate.
             speed = (done - first) * t.local_batch / (time.perf_counter() - start)

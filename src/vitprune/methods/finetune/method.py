@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from vitprune.methods.base import (
     Method, MethodData, RunContext, build_config, build_train_config, register_method, split_settings,
 )
+from vitprune.methods.finetune.config import FinetuneRun
 from vitprune.training.config import DistillConfig, TrainConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
     from vitprune.methods.finetune.pipeline import FinetuneReport
-
-
-@dataclass
-class FinetuneRun:
-    """A fine-tune: its training and its distillation (default none)."""
-
-    train: TrainConfig
-    distill: DistillConfig
-
-    def validate(self) -> None:
-        self.train.validate()
-        self.distill.validate()
 
 
 class Finetune(Method):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
     from vitprune.methods.base import RunContext
-    from vitprune.methods.finetune.method import FinetuneRun
+    from vitprune.methods.finetune.config import FinetuneRun
 
 #: Where the fine-tune's checkpoints go in its run directory.
 RUN_DIR = "run"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from vitprune.config import setting
 from vitprune.errors import VitpruneError
 from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP
 from vitprune.training import KINDS, TrainConfig
+from vitprune.training.config import TRAINING_HELP
 
 #: Which type each round of Algorithm 2 removes first.
 INTERLEAVED_ORDERS: dict[str, tuple[str, str]] = {
@@ -98,14 +100,13 @@ class StageOverrides:
     """Shortcuts into a preset's stage configs (``None``: the preset's value), for
     :func:`~vitprune.methods.hetdpt.pipeline.configure`."""
 
-    epochs: int | None = setting(None, min=1, help="Stage-2 fine-tuning epochs.")
+    epochs: int | None = setting(None, min=1, help=TRAINING_HELP["epochs"])
     search_epochs: int | None = setting(None, min=1, help="Step-2 importance epochs.")
     probe_epochs: int | None = setting(None, min=1, help="Fast fine-tune epochs per predictor point.")
-    lr: float | None = setting(None, help="Stage-2 peak learning rate (default: the preset's, scaled with the batch).")
-    batch_size: int | None = setting(None, short="-b", min=1,
-                                     help="Global batch for every stage; each stage's lr scales with it.")
-    workers: int | None = setting(None, min=0, help="Data-loading worker processes per training process, in every "
-                                                    "stage (the result does not depend on it).  [default: 0]")
+    lr: float | None = setting(None, help=TRAINING_HELP["lr"])
+    #: Every stage's; each stage's lr scales with it.
+    batch_size: int | None = setting(None, short="-b", min=1, help=TRAINING_HELP["batch_size"])
+    workers: int | None = setting(None, min=0, help=TRAINING_HELP["workers"])
     seed: int | None = setting(None, help="Seed of every stage's training (data order, augmentation) and of a "
                                           "--no-pretrained model's weights.  [default: 0]")
 
@@ -127,10 +128,24 @@ class StageOverrides:
 
 
 @dataclass
+class HetDPTBudget:
+    """How many layers HetDPT removes, how it splits them between the two types, and what it starts from."""
+
+    #: ``None`` only where a command takes the preset alone (a chain's HetDPT steps name their budgets).
+    budget: Optional[int] = setting(None, short="-k", required=True,
+                                    help="Layers to remove in all: attention sublayers + GELUs.")
+    split: str = setting("auto", help="auto (the accuracy predictor decides) or A,G layers of each type.")
+    preset: Optional[str] = setting(None, help="HetDPT's settings: digits (minutes on a CPU) or imagenet-hetdpt (the "
+                                               "paper's recipe at its code's scale, docs/recipes.md; alias imagenet); "
+                                               "default by --data.")
+    predictor: Optional[Path] = setting(None, help="Reuse predictor.json from an earlier run.")
+
+
+@dataclass
 class MergeConfig:
     """HetDPT's last step on its own (:func:`~vitprune.methods.hetdpt.merge.run_merge`)."""
 
     fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
 
 
-__all__ = ["REQUIRES", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]
+__all__ = ["REQUIRES", "HetDPTBudget", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]
