@@ -1,5 +1,5 @@
-"""The methods' reports: their fields are the keys of the files the runs write, in the order they always had, and a
-report comes back from its JSON form (the pipeline tests check each report a run returns against the file it wrote)."""
+"""The methods' reports: their fields are the keys of the files the runs write (what every run measured first, then
+the method's own), and a report comes back from its JSON form (the pipeline tests check each report a run returns against the file it wrote)."""
 
 from __future__ import annotations
 
@@ -16,21 +16,20 @@ from vitprune.methods.star.pipeline import STARReport
 from vitprune.methods.vbp.pipeline import VBPReport
 from vitprune.methods.width.pipeline import WidthReport
 
-#: The tail every pruning pipeline's report ends with.
-_MEASURED = ["top1", "dense", "pruned", "mac_conventions", "speed", "seconds", "config", "model_dir"]
+#: What every run measured (:class:`~vitprune.methods.report.RunReport`), first in each run's report.
+_MEASURED = ["top1", "dense", "pruned", "mac_conventions", "speed", "seconds", "model_dir"]
 
-#: ``report.json``'s keys, in order, as each method has always written them; for depth and width pruning, the keys
+#: ``report.json``'s keys, in order: the measured ones, then the method's own; for depth and width pruning, the keys
 #: ``--json`` prints (the saved model's metadata holds them but for ``speed``).
 FILE_FORMATS = {
-    HetDPTReport: ["budget", "split", "attention", "activation", "merged_blocks", "predictor", "selection",
-                   *_MEASURED],
-    VBPReport: ["ratio", "criterion", "compensate", "removed", "widths", "widths_dense", "top1", "retention",
-                *_MEASURED[1:]],
-    STARReport: ["rho", "alpha", "adaptive", "keep_rates", "acs", "top1", "retention", *_MEASURED[1:]],
-    HiAPReport: ["target_macs", "threshold", "macs_predicted", "heads", "neurons", "ffn_closed", "layers",
-                 *_MEASURED[:-1], "train", "history", "model_dir", "plot"],
-    ChainReport: ["steps", "top1", "dense", "pruned", "mac_conventions", "consistency", "speed", "seconds", "chain",
-                  "model_dir"],
+    HetDPTReport: [*_MEASURED, "budget", "split", "attention", "activation", "merged_blocks", "predictor",
+                   "selection", "config"],
+    VBPReport: [*_MEASURED, "ratio", "criterion", "compensate", "removed", "widths", "widths_dense", "retention",
+                "config"],
+    STARReport: [*_MEASURED, "rho", "alpha", "adaptive", "keep_rates", "acs", "retention", "config"],
+    HiAPReport: [*_MEASURED, "target_macs", "threshold", "macs_predicted", "heads", "neurons", "ffn_closed", "layers",
+                 "config", "train", "history", "plot"],
+    ChainReport: [*_MEASURED, "steps", "consistency", "chain"],
     DepthReport: ["model", "out", "attention", "activation", "identity", "fold_norm", "output_gelu", "before", "after",
                   "speed"],
     WidthReport: ["model", "out", "ratio", "target_gmacs", "convention", "options", "taylor_images", "plan", "before",

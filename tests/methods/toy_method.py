@@ -1,7 +1,7 @@
 """A method registered from outside vitprune: random FFN-neuron pruning, as a user's package would add one.
 
 It touches the model only through vitprune's public parts (the adapter's block views, a registered surgery edit,
-save), and reaches the command line and chains by registering itself: nothing in ``cli/`` or ``methods/chain.py``
+the run's shared tail ``finish_run``), and reaches the command line and chains by registering itself: nothing in ``cli/`` or ``methods/chain.py``
 names it.
 """
 
@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 import vitprune
-from vitprune.atomic import write_json
 from vitprune.config import setting
 from vitprune.data import build_loader
-from vitprune.measure import CONVENTIONS, count_macs
 from vitprune.methods.base import Method, MethodData, RunContext, register_method
-from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, prepare_run_dir, time_against
-from vitprune.recipe import RUN_MODEL_DIR
+from vitprune.methods.report import RunReport
+from vitprune.methods.stages import Stages, finish_run, prepare_run_dir
 from vitprune.surgery import prune_mlp_neurons
 from vitprune.training import evaluate
 
@@ -35,15 +31,8 @@ class RandomNeuronsConfig:
 
 
 @dataclass
-class RandomNeuronsReport(Report):
+class RandomNeuronsReport(RunReport):
     removed: dict[str, list[int]]
-    top1: dict[str, float | None]
-    dense: dict[str, int]
-    pruned: dict[str, int]
-    mac_conventions: dict[str, str]
-    speed: dict[str, Any] | None
-    seconds: dict[str, float]
-    model_dir: str
 
 
 def random_removal(model: torch.nn.Module, config: RandomNeuronsConfig) -> dict[int, list[int]]:
@@ -78,14 +67,9 @@ class RandomNeurons(Method):
             width = vitprune.get_adapter(pruned).block(block).mlp.hidden_features
             prune_mlp_neurons(pruned, block, [i for i in range(width) if i not in set(gone)])
         top1 = {"dense": evaluate(model, val)["top1"], "pruned": evaluate(pruned, val)["top1"]}
-        vitprune.save(pruned, run_dir / RUN_MODEL_DIR)
-        report = RandomNeuronsReport(
-            removed={str(b): gone for b, gone in removed.items()}, top1=top1, dense=count_macs(model).totals(),
-            pruned=count_macs(pruned).totals(), mac_conventions=CONVENTIONS,
-            speed=time_against(stages, pruned, model, ctx.speed, device=torch.device("cpu"), progress=False),
-            seconds=stages.seconds, model_dir=str(run_dir / RUN_MODEL_DIR))
-        write_json(run_dir / REPORT_FILE, report.to_dict())
-        return report
+        gone = {str(b): blocks for b, blocks in removed.items()}
+        return finish_run(RandomNeuronsReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed,
+                          device=torch.device("cpu"), progress=False, top1=top1, metadata={NAME: gone}, removed=gone)
 
 
 def register() -> RandomNeurons:

@@ -36,11 +36,11 @@ from vitprune.atomic import read_json, write_json
 from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.base import MethodData, RunContext, get_method, methods
-from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import START_FILE, Stages, prepare_run_dir, time_against
-from vitprune.recipe import RUN_MODEL_DIR, load, save
+from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.methods.stages import START_FILE, Stages, finish_run, prepare_run_dir
+from vitprune.recipe import RUN_MODEL_DIR, load
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, on_main
 
@@ -64,26 +64,16 @@ class Step:
 
 
 @dataclass
-class ChainReport(Report):
+class ChainReport(RunReport):
     """What :func:`run_chain` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
-    #: Per step (step 0: the starting model) its method, settings, summary, params, MACs and top-1 (``step.json``).
+    #: Per step (step 0: the starting model) its method, settings, summary, params, MACs and top-1 (``step.json``);
+    #: ``top1`` holds the starting model's (``dense``) and the ``final`` one's.
     steps: list[dict[str, Any]]
-    #: Validation top-1 of the starting model (``dense``) and of the ``final`` one.
-    top1: dict[str, float | None]
-    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
-    dense: dict[str, int]
-    pruned: dict[str, int]
-    mac_conventions: dict[str, str]
     #: The final model's check (:class:`~vitprune.consistency.Consistency`'s JSON form).
     consistency: dict[str, Any]
-    #: The final model timed against the starting one (``None``: not measured).
-    speed: dict[str, Any] | None
-    #: Wall time per stage.
-    seconds: dict[str, float]
     #: The steps as the chain file gives them.
     chain: list[dict[str, Any]]
-    model_dir: str
 
 
 def parse_chain(document: Any) -> list[Step]:
@@ -239,16 +229,11 @@ def _run_steps(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: li
         on_main(lambda: _finish_step(step_dir, record))
         records.append(record)
 
-    on_main(lambda: save(current, run_dir / MODEL_DIR, metadata={"chain": chain}))
     consistency = stages.run("check consistency", lambda: on_main(lambda: check_consistency(
         copy.deepcopy(current).cpu(), onnx=onnx).to_dict()))
-    timing = time_against(stages, current, model, speed, device=device, progress=progress)
-    report = ChainReport(steps=records, top1={"dense": records[0]["top1"], "final": records[-1]["top1"]},
-                         dense=count_macs(model).totals(), pruned=count_macs(current).totals(),
-                         mac_conventions=CONVENTIONS, consistency=consistency, speed=timing, seconds=stages.seconds,
-                         chain=chain, model_dir=str(run_dir / MODEL_DIR))
-    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
-    return report
+    return finish_run(ChainReport, current, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
+                      progress=progress, top1={"dense": records[0]["top1"], "final": records[-1]["top1"]},
+                      metadata={"chain": chain}, steps=records, consistency=consistency, chain=chain)
 
 
 def _finish_step(step_dir: Path, record: dict[str, Any]) -> None:

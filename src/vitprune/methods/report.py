@@ -40,6 +40,26 @@ class Report:
         return cls(**data)
 
 
+@dataclass
+class RunReport(Report):
+    """Base of the reports of methods that write a run directory: what every such run measured, before the method's
+    own fields."""
+
+    #: Validation top-1: ``dense``, and the result at the method's stages (``pruned``, ``finetuned``, ...).
+    top1: dict[str, float | None]
+    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`), of the starting model and of
+    #: the result (a-STAR's: a mean over images, ``macs_averaged_over_images``).
+    dense: dict[str, int]
+    pruned: dict[str, Any]
+    mac_conventions: dict[str, str]
+    #: The result timed against the starting model (``None``: not measured).
+    speed: dict[str, Any] | None
+    #: Wall time per stage.
+    seconds: dict[str, float]
+    #: Where the model was saved: ``run_dir/model``.
+    model_dir: str
+
+
 class EditReport(Protocol):
     """What an edit saved as one model directory reports (depth and width pruning, a merge): where it saved the model,
     the timing, and its JSON form."""

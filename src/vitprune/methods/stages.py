@@ -17,15 +17,16 @@ from torch.utils.data import DataLoader, Dataset
 from vitprune.atomic import check_writable, read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, compare_speed
-from vitprune.methods.report import EditReport
-from vitprune.recipe import save
+from vitprune.measure import CONVENTIONS, SpeedConfig, compare_speed, count_macs
+from vitprune.methods.report import REPORT_FILE, EditReport, RunReport
+from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main, shard_dataset
 from vitprune.training.engine import logged_epochs
 
 T = TypeVar("T")
 E = TypeVar("E", bound=EditReport)
+RR = TypeVar("RR", bound=RunReport)
 
 
 class Stages:
@@ -65,6 +66,22 @@ def save_and_time(report: E, key: str, pruned: nn.Module, original: nn.Module, s
                          metadata={key: {k: v for k, v in report.to_dict().items() if k != "speed"}}))
     device = torch.device(device) if device is not None else next(original.parameters()).device
     report.speed = time_against(Stages(), pruned, original, speed, device=device, progress=progress)
+    return report
+
+
+def finish_run(cls: type[RR], pruned: nn.Module, dense: nn.Module, *, run_dir: Path, stages: Stages,
+               speed: SpeedConfig, device: torch.device, progress: bool, top1: dict[str, Any],
+               metadata: dict[str, Any], footprint: dict[str, Any] | None = None, **fields: Any) -> RR:
+    """The tail of every run: save ``pruned`` to ``run_dir/model`` with ``metadata``, time it against ``dense`` as
+    ``speed`` says, count both (``footprint``: the result's own count, else :func:`~vitprune.measure.count_macs`'s)
+    and write the report (``cls`` with the method's own ``fields``) to ``run_dir/report.json``. Under torchrun rank 0
+    saves, times and writes; every rank returns the same report."""
+    on_main(lambda: save(pruned, run_dir / RUN_MODEL_DIR, metadata=metadata))
+    timing = time_against(stages, pruned, dense, speed, device=device, progress=progress)
+    report = cls(top1=top1, dense=count_macs(dense).totals(), pruned=footprint or count_macs(pruned).totals(),
+                 mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds,
+                 model_dir=str(run_dir / RUN_MODEL_DIR), **fields)
+    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
     return report
 
 

@@ -33,7 +33,7 @@ from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.measure import SpeedConfig
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.collect import collect_predictor_data
 from vitprune.methods.hetdpt.config import HetDPTConfig, REQUIRES, StageOverrides
@@ -41,11 +41,9 @@ from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers, shortlist_size
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import PredictorFit, fit_predictor, load_predictor, save_predictor, search_split
-from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import (
-    Stages, available_images, calibration_loader, prepare_run_dir, recover, time_against,
-)
-from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.methods.stages import Stages, available_images, calibration_loader, finish_run, prepare_run_dir, recover
+from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.distributed import DistContext, on_main
@@ -56,7 +54,7 @@ SEARCH_DIR, FINETUNE_DIR, MODEL_DIR = "search", "finetune", RUN_MODEL_DIR
 
 
 @dataclass
-class HetDPTReport(Report):
+class HetDPTReport(RunReport):
     """What :func:`run_hetdpt` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
     budget: int
@@ -72,18 +70,9 @@ class HetDPTReport(Report):
     #: Step 2: the chosen layers, their importance scores, the shortlisted candidates and the TE of every layer they
     #: were shortlisted by (``None``: no shortlist).
     selection: dict[str, Any]
-    #: Validation top-1: ``dense``, ``pruned`` (right after removal), ``finetuned`` and ``finetune_best``.
-    top1: dict[str, float | None]
-    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
-    dense: dict[str, int]
-    pruned: dict[str, int]
-    mac_conventions: dict[str, str]
-    #: The pruned model timed against the dense one (``None``: not measured).
-    speed: dict[str, Any] | None
-    #: Wall time per stage.
-    seconds: dict[str, float]
+    #: The pipeline's settings; ``top1`` holds ``dense``, ``pruned`` (right after removal), ``finetuned`` and
+    #: ``finetune_best``.
     config: dict[str, Any]
-    model_dir: str
 
 
 def preset(name: str) -> HetDPTConfig:
@@ -206,20 +195,15 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
         model, selection["attention"], selection["activation"], train_set, val_set, config,
         run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress, resume=resume,
         start=selection.pop("model", None), dist=dist))
-    on_main(lambda: save(pruned, run_dir / MODEL_DIR, metadata={"hetdpt": {
-        "budget": budget, "split": list(split), **{k: selection[k] for k in ("attention", "activation")}}}))
-
-    timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
-    report = HetDPTReport(
+    metadata = {"hetdpt": {"budget": budget, "split": list(split),
+                           **{k: selection[k] for k in ("attention", "activation")}}}
+    return finish_run(
+        HetDPTReport, pruned, model, run_dir=run_dir, stages=stages, speed=speed, device=device, progress=progress,
+        top1={"dense": dense_top1, **{k: v for k, v in recovery.items() if k != "merged_blocks"}}, metadata=metadata,
         budget=budget, split={"attention": split[0], "activation": split[1],
                               "chosen_by": "predictor" if step1 is not None else "user"},
         attention=selection["attention"], activation=selection["activation"],
-        merged_blocks=recovery.pop("merged_blocks"), predictor=step1, selection=selection,
-        top1={"dense": dense_top1, **recovery}, dense=count_macs(model).totals(), pruned=count_macs(pruned).totals(),
-        mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
-        model_dir=str(run_dir / MODEL_DIR))
-    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
-    return report
+        merged_blocks=recovery["merged_blocks"], predictor=step1, selection=selection, config=config.to_dict())
 
 
 def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, te_set: Dataset | None, budget: int,

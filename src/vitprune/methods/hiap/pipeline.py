@@ -25,9 +25,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
-from vitprune.atomic import atomic_file, write_json
+from vitprune.atomic import atomic_file
 from vitprune.data import build_loader
-from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.methods.hiap.plots import plot_architecture
@@ -35,9 +35,9 @@ from vitprune.methods.hiap.config import HiAPConfig, REQUIRES
 from vitprune.methods.hiap.search import (
     BUDGET_TOLERANCE, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
 )
-from vitprune.methods.report import REPORT_FILE, Report
-from vitprune.methods.stages import Stages, prepare_run_dir, time_against
-from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.methods.stages import Stages, finish_run, prepare_run_dir
+from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.distributed import DistContext, on_main
 from vitprune.training.engine import logged_epochs
@@ -47,7 +47,7 @@ PLOT_FILE = "architecture.png"
 
 
 @dataclass
-class HiAPReport(Report):
+class HiAPReport(RunReport):
     """What :func:`run_hiap` did and measured (its config is :class:`~vitprune.methods.hiap.config.HiAPConfig`);
     ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
@@ -62,21 +62,12 @@ class HiAPReport(Report):
     ffn_closed: list[int]
     #: Per block what the hardened gates keep (:func:`~vitprune.methods.hiap.search.layer_summary`).
     layers: list[dict[str, Any]]
-    #: Validation top-1: ``dense``, ``extracted`` and ``gated_last_epoch`` (the hardened gates, before extraction).
-    top1: dict[str, float | None]
-    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
-    dense: dict[str, int]
-    pruned: dict[str, int]
-    mac_conventions: dict[str, str]
-    #: The extracted model timed against the dense one (``None``: not measured).
-    speed: dict[str, Any] | None
-    #: Wall time per stage.
-    seconds: dict[str, float]
+    #: HiAP's settings and the training's; ``top1`` holds ``dense``, ``extracted`` and ``gated_last_epoch`` (the
+    #: hardened gates, before extraction).
     config: dict[str, Any]
     train: dict[str, Any]
     #: Every training epoch's statistics, without the per-block view.
     history: list[dict[str, Any]]
-    model_dir: str
     plot: str
 
 
@@ -127,17 +118,13 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     summary = {"target_macs": config.target_macs, "threshold": threshold, "macs_predicted": predicted,
                "heads": sum(layer["heads"] for layer in layers), "neurons": sum(layer["neurons"] for layer in layers),
                "ffn_closed": [b for b, layer in enumerate(layers) if not layer["ffn"]]}
-    on_main(lambda: save(work, run_dir / MODEL_DIR, metadata={"hiap": summary}))
     on_main(lambda: plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} "
                                       f"M MACs (dense {dense_macs.macs / 1e6:.2f} M)"))
-    timing = time_against(stages, work, model, speed, device=device, progress=progress)
-    report = HiAPReport(
-        **summary, layers=layers, top1=top1, dense=dense_macs.totals(), pruned=count_macs(work).totals(),
-        mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
-        train=asdict(train), history=[{k: v for k, v in h.items() if k != "layers"} for h in history],
-        model_dir=str(run_dir / MODEL_DIR), plot=str(run_dir / PLOT_FILE))
-    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
-    return report
+    return finish_run(HiAPReport, work, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
+                      progress=progress, top1=top1, metadata={"hiap": summary}, **summary, layers=layers,
+                      config=config.to_dict(), train=asdict(train),
+                      history=[{k: v for k, v in h.items() if k != "layers"} for h in history],
+                      plot=str(run_dir / PLOT_FILE))
 
 
 def _save_gates(gates: HiAPGates, path: Path) -> None:

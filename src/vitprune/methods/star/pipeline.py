@@ -30,17 +30,10 @@ from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
-from vitprune.methods.report import REPORT_FILE, Report
+from vitprune.measure import SpeedConfig, count_macs
+from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.methods.stages import (
-    Stages,
-    available_images,
-    cached,
-    calibration_loader,
-    prepare_run_dir,
-    recover,
-    retention,
-    time_against,
+    Stages, available_images, cached, calibration_loader, finish_run, prepare_run_dir, recover, retention,
 )
 from vitprune.methods.star.config import STARConfig
 from vitprune.methods.star.lrp import check_lrp, inter_layer_scores
@@ -51,7 +44,7 @@ from vitprune.methods.star.schedule import (
     keep_rates,
     rho_for_macs,
 )
-from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, on_main
 
@@ -60,7 +53,7 @@ FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
 @dataclass
-class STARReport(Report):
+class STARReport(RunReport):
     """What :func:`run_star` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
     #: Keep rate of the last block, given or found for the MAC target (``None``: hand-set rates).
@@ -71,21 +64,10 @@ class STARReport(Report):
     keep_rates: list[float]
     #: Average cosine similarity per block (``None``: hand-set rates need none).
     acs: list[float] | None
-    #: Validation top-1: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and
-    #: ``finetune_best``.
-    top1: dict[str, float | None]
-    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`).
+    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`); ``top1`` holds
+    #: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and ``finetune_best``.
     retention: dict[str, float | None]
-    #: Params and MACs in both conventions; a-STAR's are a mean over images (``macs_averaged_over_images``).
-    dense: dict[str, int]
-    pruned: dict[str, Any]
-    mac_conventions: dict[str, str]
-    #: The pruned model timed against the dense one (``None``: not measured).
-    speed: dict[str, Any] | None
-    #: Wall time per stage.
-    seconds: dict[str, float]
     config: dict[str, Any]
-    model_dir: str
 
 
 def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
@@ -152,16 +134,11 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
         alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
         progress=progress, resume=resume, dist=dist)}
-    on_main(lambda: save(pruned, run_dir / MODEL_DIR, metadata={"star": {
-        "rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates}}))
-    timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
-    report = STARReport(
-        rho=rho, alpha=config.alpha, adaptive=config.adaptive, keep_rates=rates, acs=acs, top1=top1,
-        retention=retention(top1), dense=count_macs(model).totals(), pruned=_footprint(pruned, val_set, config),
-        mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds, config=config.to_dict(),
-        model_dir=str(run_dir / MODEL_DIR))
-    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
-    return report
+    summary = {"rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates}
+    return finish_run(STARReport, pruned, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
+                      progress=progress, top1=top1, metadata={"star": summary},
+                      footprint=_footprint(pruned, val_set, config), **summary, acs=acs, retention=retention(top1),
+                      config=config.to_dict())
 
 
 def _footprint(pruned: nn.Module, val_set: Dataset, config: STARConfig) -> dict[str, Any]:

@@ -29,32 +29,25 @@ from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
-from vitprune.methods.report import REPORT_FILE, Report
+from vitprune.measure import SpeedConfig
+from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.methods.stages import (
-    Stages,
-    available_images,
-    cached,
-    calibration_loader,
-    prepare_run_dir,
-    recover,
-    retention,
-    time_against,
+    Stages, available_images, cached, calibration_loader, finish_run, prepare_run_dir, recover, retention,
 )
 from vitprune.methods.vbp.config import REQUIRES, VBPConfig
 from vitprune.methods.vbp.criteria import neuron_scores
 from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
-from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.training import evaluate
-from vitprune.training.distributed import DistContext, broadcast_object, on_main
+from vitprune.training.distributed import DistContext, broadcast_object
 
 STATISTICS_FILE, SELECTION_FILE = "statistics.safetensors", "selection.json"
 FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 
 
 @dataclass
-class VBPReport(Report):
+class VBPReport(RunReport):
     """What :func:`run_vbp` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
     ratio: float
@@ -65,21 +58,10 @@ class VBPReport(Report):
     #: MLP hidden width per block (block index as a string), after pruning and before.
     widths: dict[str, int]
     widths_dense: dict[str, int]
-    #: Validation top-1: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and
-    #: ``finetune_best``.
-    top1: dict[str, float | None]
-    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`).
+    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`); ``top1`` holds
+    #: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and ``finetune_best``.
     retention: dict[str, float | None]
-    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`).
-    dense: dict[str, int]
-    pruned: dict[str, int]
-    mac_conventions: dict[str, str]
-    #: The pruned model timed against the dense one (``None``: not measured).
-    speed: dict[str, Any] | None
-    #: Wall time per stage.
-    seconds: dict[str, float]
     config: dict[str, Any]
-    model_dir: str
 
 
 def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
@@ -137,17 +119,11 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
         resume=resume, dist=dist)}
     summary = {"ratio": config.ratio, "criterion": config.criterion, "compensate": config.compensate,
                "removed": sum(map(len, removed.values()))}
-    on_main(lambda: save(pruned, run_dir / MODEL_DIR, metadata={"vbp": summary}))
-
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
-    timing = time_against(stages, pruned, model, speed, device=device, progress=progress)
-    report = VBPReport(
-        **summary, widths=widths["pruned"], widths_dense=widths["dense"], top1=top1, retention=retention(top1),
-        dense=count_macs(model).totals(), pruned=count_macs(pruned).totals(), mac_conventions=CONVENTIONS,
-        speed=timing, seconds=stages.seconds, config=config.to_dict(), model_dir=str(run_dir / MODEL_DIR))
-    on_main(lambda: write_json(run_dir / REPORT_FILE, report.to_dict()))
-    return report
+    return finish_run(VBPReport, pruned, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
+                      progress=progress, top1=top1, metadata={"vbp": summary}, **summary, widths=widths["pruned"],
+                      widths_dense=widths["dense"], retention=retention(top1), config=config.to_dict())
 
 
 def _statistics(model: nn.Module, loader, path: Path, progress: bool, resume: bool,
