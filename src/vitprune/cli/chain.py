@@ -11,7 +11,7 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
 from vitprune.cli.methods import prune_app
-from vitprune.cli.options import DataSource, ModelSource, RunOutput, distributed, load_inputs
+from vitprune.cli.options import DataSource, ModelSource, RunOutput, distributed, load_inputs, run_groups
 from vitprune.cli.prune import hetdpt_preset_for
 from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
@@ -25,10 +25,7 @@ _PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "head_dims", 
 
 
 @app.command()
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
-@config_options(SpeedConfig, param="speed", prefix="speed_")
-@config_options(RunOutput, param="output")
+@run_groups
 @config_options(HetDPTBudget, param="hetdpt", fields=("preset",))
 def chain(
     model: str = typer.Argument(..., help=MODEL_HELP),
@@ -76,10 +73,7 @@ def run_chain_command(model: str, steps: list, *, source: ModelSource, data: Dat
 
 
 @prune_app.command("hetdpt+")
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
-@config_options(SpeedConfig, param="speed", prefix="speed_")
-@config_options(RunOutput, param="output")
+@run_groups
 @config_options(HetDPTBudget, param="choice", fields=("budget", "split", "preset"))
 @config_options(WidthConfig, param="width", fields=_PLUS_WIDTH, required=("target_macs",))
 @config_options(HetDPTConfig, fields=("distill",), overrides=True)

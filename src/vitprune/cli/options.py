@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import typer
 
-from vitprune.cli.config_options import option
+from vitprune.cli.config_options import config_options, option
 from vitprune.config import setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
@@ -28,6 +29,8 @@ from vitprune.surgery import IDENTITY_HELP
 
 if TYPE_CHECKING:
     from torch import nn
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: The MAC conventions, from their single source.
 Convention = Enum("Convention", {name: name for name in CONVENTIONS}, type=str)
@@ -84,6 +87,23 @@ class RunOutput:
     resume: bool = setting(False, flag="--resume", help="Continue the run in --out from where it stopped (its "
                                                         "finished stages and last checkpoint).")
     json: bool = setting(False, flag="--json", help="Print machine-readable JSON instead of tables.")
+
+
+def run_groups(command: F, *, finetune: bool = False) -> F:
+    """``command`` with the groups of a command that runs a method on data into a run directory: ``source``
+    (:class:`ModelSource`), ``data`` (:class:`DataSource`, --data required), ``speed`` (:class:`SpeedConfig`),
+    ``output`` (:class:`RunOutput`) and, with ``finetune``, ``finetune`` (:class:`FinetuneOptions`)."""
+    groups = [config_options(ModelSource, param="source"), config_options(DataSource, param="data", required=("data",)),
+              config_options(SpeedConfig, param="speed", prefix="speed_"), config_options(RunOutput, param="output"),
+              *([config_options(FinetuneOptions, param="finetune")] if finetune else [])]
+    for group in reversed(groups):
+        command = group(command)
+    return command
+
+
+def finetune_groups(command: F) -> F:
+    """:func:`run_groups` with the fine-tune group."""
+    return run_groups(command, finetune=True)
 
 
 PRETRAINED_OPT = option(ModelSource, "pretrained")

@@ -13,7 +13,9 @@ import typer
 from vitprune.cli.app import MODEL_HELP, console, err_console
 from vitprune.cli.config_options import config_options
 from vitprune.cli.methods import prune_app
-from vitprune.cli.options import DataSource, FinetuneOptions, ModelSource, RunOutput, distributed, load_inputs
+from vitprune.cli.options import (
+    DataSource, FinetuneOptions, ModelSource, RunOutput, distributed, finetune_groups, load_inputs, run_groups,
+)
 from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig
@@ -55,10 +57,7 @@ def _state_lr(train: TrainConfig | None, recipe: TrainConfig, json_out: bool) ->
 
 
 @prune_app.command()
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
-@config_options(SpeedConfig, param="speed", prefix="speed_")
-@config_options(RunOutput, param="output")
+@run_groups
 @config_options(HetDPTBudget, param="choice")
 @config_options(HetDPTConfig, overrides=True)
 @config_options(StageOverrides, param="stages", overrides=True)
@@ -93,18 +92,6 @@ def hetdpt(
 #: VBP's fine-tuning as the paper runs it: the recipe without --preset.
 _VBP_FINETUNE = VBPConfig().finetune
 
-_GROUPS = (config_options(ModelSource, param="source"), config_options(DataSource, param="data", required=("data",)),
-           config_options(SpeedConfig, param="speed", prefix="speed_"), config_options(RunOutput, param="output"),
-           config_options(FinetuneOptions, param="finetune"))
-
-
-def _grouped(command):
-    """``command`` with the groups a method that fine-tunes takes: model source, data, speed, output, fine-tune."""
-    for group in reversed(_GROUPS):
-        command = group(command)
-    return command
-
-
 def _finetune(options: FinetuneOptions, paper: TrainConfig, *, seed: int,
               batch: int | None = None) -> tuple[TrainConfig | None, TrainConfig]:
     """The fine-tune that the fine-tune group's ``options`` ask for, and its recipe: --preset's, else ``paper`` (at
@@ -120,7 +107,7 @@ def _finetune(options: FinetuneOptions, paper: TrainConfig, *, seed: int,
 
 
 @prune_app.command()
-@_grouped
+@finetune_groups
 @config_options(VBPConfig)
 def vbp(
     model: str = typer.Argument(..., help=MODEL_HELP),
@@ -159,7 +146,7 @@ _STAR_BATCH = 64
 
 
 @prune_app.command()
-@_grouped
+@finetune_groups
 @config_options(STARConfig)
 def star(
     model: str = typer.Argument(..., help=MODEL_HELP),
@@ -187,7 +174,7 @@ def star(
 
 
 @prune_app.command()
-@_grouped
+@finetune_groups
 @config_options(HiAPConfig)
 def hiap(
     model: str = typer.Argument(..., help=MODEL_HELP),
