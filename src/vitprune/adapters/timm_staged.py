@@ -3,18 +3,16 @@ pooled classifier head and timm's ``Mlp`` in every block."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from timm.data import resolve_model_data_config
 from torch import nn
 
 from vitprune.adapters.base import ViTAdapter
-from vitprune.adapters.timm_vit import set_mlp_activation, set_mlp_linears, timm_data_config
+from vitprune.adapters.timm_vit import TimmModel, set_mlp_activation, set_mlp_linears
 from vitprune.errors import UnsupportedArchitectureError
 
 
-class TimmStagedAdapter(ViTAdapter):
+class TimmStagedAdapter(TimmModel, ViTAdapter):
     """A timm model whose blocks sit in ``<stages>.S.blocks.J`` and whose stream changes width between stages."""
 
     #: The model's attribute holding the stages (ConvNeXt's ``stages``, Swin's ``layers``).
@@ -51,14 +49,6 @@ class TimmStagedAdapter(ViTAdapter):
     @property
     def input_size(self) -> tuple[int, int, int]:
         return tuple(resolve_model_data_config(self.model)["input_size"])
-
-    @property
-    def num_classes(self) -> int:
-        return self.model.num_classes
-
-    @property
-    def data_config(self) -> dict[str, Any] | None:
-        return timm_data_config(self.model)
 
     @property
     def num_features(self) -> int:

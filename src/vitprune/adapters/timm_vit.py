@@ -47,6 +47,21 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
     return {key: config[key] for key in ("mean", "std", "interpolation", "crop_pct", "crop_mode") if key in config}
 
 
+class TimmModel:
+    """What a timm classifier says of itself whatever its family (the ViT, Swin and ConvNeXt adapters mix it in):
+    its number of classes and how timm prepares images for its weights."""
+
+    model: nn.Module
+
+    @property
+    def num_classes(self) -> int:
+        return self.model.num_classes
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        return timm_data_config(self.model)
+
+
 def set_mlp_linears(mlp: nn.Module, path: str, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
     """Install new linears in timm's ``Mlp`` at ``path`` (``fc2=None``: the single Linear of a merged one)."""
     merged = isinstance(mlp.fc2, nn.Identity)
@@ -107,7 +122,7 @@ def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None
     slice_parameter(ls, "gamma", 0, keep)
 
 
-class TimmViTAdapter(ViTAdapter):
+class TimmViTAdapter(TimmModel, ViTAdapter):
     """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
 
     Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`, and so does
@@ -172,14 +187,6 @@ class TimmViTAdapter(ViTAdapter):
     @property
     def embed_dim(self) -> int:
         return self.model.embed_dim
-
-    @property
-    def num_classes(self) -> int:
-        return self.model.num_classes
-
-    @property
-    def data_config(self) -> dict[str, Any] | None:
-        return timm_data_config(self.model)
 
     def set_distillation_split(self, on: bool) -> bool:
         if not hasattr(self.model, "set_distilled_training"):  # timm's distilled DeiT has it
