@@ -26,7 +26,7 @@ from torch import nn
 from vitprune.adapters.base import QKV, AttentionView, BlockView, MlpView
 from vitprune.adapters.channels import reject, slice_parameter, unwrap
 from vitprune.adapters.timm_staged import TimmStagedAdapter
-from vitprune.adapters.timm_vit import check_mlp, merge_mlp_linear, set_prenorm
+from vitprune.adapters.timm_vit import check_blocks, merge_mlp_linear, set_prenorm
 from vitprune.errors import UnsupportedArchitectureError
 
 
@@ -88,11 +88,7 @@ class SwinAdapter(TimmStagedAdapter):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        for path, block in self._blocks():
-            if type(block) not in (SwinTransformerBlock, SwinDepthBlock):
-                raise reject(path, block, "only timm's SwinTransformerBlock is supported")
-            _check_attention(f"{path}.attn", block.attn)
-            check_mlp(f"{path}.mlp", block.mlp)
+        check_blocks(self._blocks(), (SwinTransformerBlock, SwinDepthBlock), "SwinTransformerBlock", _check_attention)
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -98,6 +98,17 @@ def set_prenorm(path: str, block: nn.Module, position: int, norm: nn.Module) -> 
     setattr(block, f"norm{position}", norm)
 
 
+def check_blocks(blocks: Iterable[tuple[str, nn.Module]], kinds: tuple[type, ...], kind: str,
+                 check_attention: Callable[[str, nn.Module], None]) -> None:
+    """Refuse, in one line naming it, a block (``(path, block)`` pairs) of a type not in ``kinds`` (``kind``: what
+    they are called), or whose attention (``check_attention``) or MLP a timm family's adapter cannot edit."""
+    for path, block in blocks:
+        if type(block) not in kinds:
+            raise reject(path, block, f"only timm's {kind} is supported")
+        check_attention(f"{path}.attn", block.attn)
+        check_mlp(f"{path}.mlp", block.mlp)
+
+
 def check_mlp(path: str, mlp: nn.Module) -> None:
     """Refuse an MLP other than timm's plain ``fc1 -> act -> fc2`` of Linears (or its merged form), in one line."""
     if type(mlp) is not Mlp:
@@ -142,12 +153,8 @@ class TimmViTAdapter(TimmModel, ViTAdapter):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        for i, block in enumerate(model.blocks):
-            path = f"blocks.{i}"
-            if type(block) not in (Block, DepthBlock, TokenPruneBlock):
-                raise reject(path, block, "only timm's pre-norm Block is supported")
-            _check_attention(f"{path}.attn", block.attn)
-            check_mlp(f"{path}.mlp", block.mlp)
+        check_blocks(((f"blocks.{i}", block) for i, block in enumerate(model.blocks)),
+                     (Block, DepthBlock, TokenPruneBlock), "pre-norm Block", _check_attention)
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
