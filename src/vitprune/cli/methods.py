@@ -26,7 +26,7 @@ from vitprune.cli.options import (
 from vitprune.cli.render import render_report, show_edit, show_report
 from vitprune.config import cli_facts
 from vitprune.measure import SpeedConfig
-from vitprune.methods.base import Method, MethodData, RunContext, methods
+from vitprune.methods.base import Method, MethodData, RunContext, methods, validate_config
 
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
                         no_args_is_help=True)
@@ -77,9 +77,7 @@ def _run(method: Method, *, model: str, out: Path, config: Any, source: ModelSou
     ctx = distributed(source.device)
     if method.out_is_model:
         check_target(out, again, "--out")
-    validate = getattr(config, "validate", None)
-    if validate is not None:
-        validate()
+    validate_config(config)
     seed = config.seed if seed is None else seed
     if data is not None and data.data is not None:
         dense, sets = load_inputs(model, source, data, seed=seed, splits=method.data)

@@ -115,7 +115,7 @@ class Method:
         """The config a chain step's ``settings`` give (``preset``: the chain's default training preset, for
         methods whose defaults are a preset's); an unknown or missing setting is one line naming the method."""
         config = build_config(self.config, settings, self.name, fixed=self.fixed)
-        _validate(config)
+        validate_config(config)
         return config
 
     def requires(self, config: Any) -> tuple[str, ...]:
@@ -216,11 +216,12 @@ def split_settings(settings: dict[str, Any], names: set[str]) -> tuple[dict[str,
     return ({k: v for k, v in settings.items() if k in names}, {k: v for k, v in settings.items() if k not in names})
 
 
-def _validate(config: Any) -> None:
+def validate_config(config: Any) -> None:
+    """``config.validate()`` where the config has one (one line for settings that cannot run)."""
     validate = getattr(config, "validate", None)
     if validate is not None:
         validate()
 
 
 __all__ = ["Method", "MethodData", "RunContext", "build_config", "build_train_config", "check_known", "get_method", "methods",
-           "register_method", "split_settings", "unregister_method"]
+           "register_method", "split_settings", "unregister_method", "validate_config"]

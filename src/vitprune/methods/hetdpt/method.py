@@ -77,8 +77,8 @@ class HetDPT(Method):
                           **ctx.pipeline_options())
 
     def summarize(self, report: HetDPTReport, config: HetDPTRun) -> dict[str, Any]:
-        recovered = ("top1",) if config.config.finetune is not None else ()
-        return {name: getattr(report, name) for name in (*self.summary, *recovered)}
+        recovered = {"top1": report.top1} if config.config.finetune is not None else {}
+        return {**super().summarize(report, config), **recovered}
 
 
 class Merge(Method):
