@@ -12,7 +12,7 @@ import pytest
 from test_cli import run
 from test_help import command_tree
 
-from vitprune.cli import chain, prune
+from vitprune.cli import chain, methods, prune
 from vitprune.cli.options import DataSource, FinetuneOptions, ModelSource, RunOutput
 from vitprune.cli.config_options import PRESET_DEFAULT, option_defaults
 from vitprune.config import cli_facts
@@ -100,11 +100,14 @@ def test_each_exposed_field_is_one_option_with_its_facts(path, config_cls, names
 def received(monkeypatch):
     """What the pipelines would have been handed: the patched callee's keyword arguments."""
     calls: dict = {}
-    monkeypatch.setattr(prune, "_run_calibrated", lambda run, render, config, **_: calls.update(config=config))
-    monkeypatch.setattr(prune, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
-                                                                         "calibration": None}))
-    monkeypatch.setattr(prune, "show_report", lambda *a: None)
-    monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
+    sets = lambda *a, **k: (None, {"train": None, "val": None, "calibration": None})  # noqa: E731
+    for module in (prune, methods):
+        monkeypatch.setattr(module, "load_inputs", sets)
+        monkeypatch.setattr(module, "show_report", lambda *a: None)
+    for method in ("vbp", "star"):
+        monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
+                            lambda *a, config, **_: calls.update(config=config))
+    monkeypatch.setattr("vitprune.methods.hiap.pipeline.run_hiap", lambda *a, **k: calls.update(k))
     monkeypatch.setattr("vitprune.methods.hetdpt.pipeline.run_hetdpt", lambda *a, **k: calls.update(k))
     # What depth's and width's titles read of a report.
     report = types.SimpleNamespace(attention=[], activation=[], identity="norm", ratio=0.0, options={
@@ -194,8 +197,8 @@ def test_vbp_options_build_the_api_config(capsys, received):
            "--calibration-images", "64", "--seed", "3", "--alpha", "0.5", "--tau", "2")
     api = VBPConfig(ratio=0.3, criterion="magnitude", compensate=False, min_width=4, calibration_images=64, seed=3,
                     alpha=0.5, tau=2.0)
-    # The command line fine-tunes and distils only when asked.
-    assert received["config"] == dataclasses.replace(api, finetune=None, distill="none")
+    # The command line fine-tunes only when asked (and then distils as the paper does, the API's default).
+    assert received["config"] == dataclasses.replace(api, finetune=None)
 
 
 def test_star_options_build_the_api_config(capsys, received):

@@ -113,9 +113,23 @@ def test_no_command_function_takes_more_than_ten_parameters():
     assert max(counts.values()) <= 10, {name: n for name, n in counts.items() if n > 10}
 
 
-def test_an_old_option_name_still_works_and_warns(capsys):
+@pytest.mark.parametrize("method, argv, old, new, field, value", [
+    ("vbp", ["--ratio", "0.5", "--finetune-epochs", "0"], "--finetune-epochs", "--epochs", None, None),
+    ("vbp", ["--ratio", "0.5", "--no-distill"], "--no-distill", "--distill none", "distill", "none"),
+    ("star", ["--rho", "0.7", "--alpha", "0.5"], "--alpha", "--attention-weight", "alpha", 0.5),
+], ids=["valued", "switch", "renamed-flag"])
+def test_an_old_option_name_still_works_and_warns(capsys, monkeypatch, method, argv, old, new, field, value):
     from test_cli import run
 
-    code, _, err = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio", "0.5",
-                       "--finetune-epochs", "0", "--out", "/nonexistent/forbidden/run", "--json")
-    assert "--finetune-epochs is now --epochs" in err
+    from vitprune.cli import methods
+
+    calls = {}
+    monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
+                        lambda *a, config, **_: calls.update(config=config))
+    monkeypatch.setattr(methods, "load_inputs", lambda *a, **k: (None, {}))
+    monkeypatch.setattr(methods, "show_report", lambda *a: None)
+    code, _, err = run(capsys, "prune", method, "digits-vit", "--data", "digits", *argv, "--out", "unused")
+    assert code == 0, err
+    assert f"{old} is now {new}; the old name goes in the next release" in err
+    if field is not None:
+        assert getattr(calls["config"], field) == value

@@ -170,7 +170,7 @@ def test_prune_vbp_baseline_with_fine_tuning_as_json(capsys, tmp_path):
     out = tmp_path / "run"
     code, stdout, _ = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits", "--ratio",
                           "0.3", "--criterion", "snip", "--no-compensate", "--calibration-images", "32",
-                          "--epochs", "1", "--distill", "--lr", "5e-4", "--batch-size", "64",
+                          "--epochs", "1", "--distill", "soft", "--lr", "5e-4", "--batch-size", "64",
                           "--speed-batch", "2", "--out", str(out), "--json")
     assert code == 0
     report = json.loads(stdout)
@@ -225,7 +225,7 @@ def test_prune_star_runs_and_reports(capsys, tmp_path, monkeypatch):
     ([], "give exactly one of rho"),
     (["--rho", "0.7", "--macs", "0.1"], "give exactly one of rho"),
     (["--rho", "0"], r"rho must be in \(0, 1\]"),
-    (["--macs", "0.00001", "--acs-images", "4", "--alpha", "1"], "no keep-rate schedule reaches"),
+    (["--macs", "0.00001", "--acs-images", "4", "--attention-weight", "1"], "no keep-rate schedule reaches"),
     (["--rates", "1,0.5"], "2 keep rates for a model of 12 blocks"),
     (["--rates", "1,x"], "--rates takes comma-separated values"),
 ], ids=["no-target", "two-targets", "rho-zero", "macs-unreachable", "rates-length", "rates-form"])
@@ -276,13 +276,16 @@ def test_prune_hiap_user_errors(capsys, tmp_path, args, pattern):
 @pytest.fixture
 def handed(monkeypatch):
     """The configs ``prune vbp``, ``prune star`` and ``prune hiap`` would hand their pipelines (nothing runs)."""
-    from vitprune.cli import prune
+    from vitprune.cli import methods
 
     calls: dict = {}
-    monkeypatch.setattr(prune, "_run_calibrated", lambda run, render, config, **_: calls.update(config=config))
-    monkeypatch.setattr(prune, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None}))
-    monkeypatch.setattr(prune, "show_report", lambda *a: None)
-    monkeypatch.setattr("vitprune.methods.hiap.run_hiap", lambda *a, **k: calls.update(k))
+    for method in ("vbp", "star"):
+        monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
+                            lambda *a, config, **_: calls.update(config=config))
+    monkeypatch.setattr("vitprune.methods.hiap.pipeline.run_hiap", lambda *a, **k: calls.update(k))
+    monkeypatch.setattr(methods, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
+                                                                           "calibration": None}))
+    monkeypatch.setattr(methods, "show_report", lambda *a: None)
     return calls
 
 

@@ -59,7 +59,7 @@ def _reports(a: dict) -> list[tuple]:
             plot="arch.png"))),
         (render.render_hiap_epoch, ({"epoch": 1, "macs_expected_exact": 10.0, "macs_hardened": 8.0, "tau": 1.0,
                                      "lambda_scale": 1.0, "undecided": 0.5, "val_top1": a["pruned"],
-                                     "layers": [_layer()]}, None)),
+                                     "layers": [_layer()], "target_macs": None},)),
         (render.render_chain, ("m", ChainReport(
             **_gains({"dense": a["dense"], "final": a["finetuned"]}),
             steps=[{"step": 0, "method": "start", **FOOTPRINT, "top1": a["dense"]},

@@ -25,7 +25,7 @@ COMMANDS = {
     "hetdpt": ["prune", "hetdpt", "{model}", "--data", "digits", "-k", "2", "--split", "1,1", "--preset", "digits",
                "--search-epochs", "1", "--epochs", "1", "-b", "16"],
     "hiap": ["prune", "hiap", "{model}", "--data", "digits", "--epochs", "1", "-b", "16"],
-    "star": ["prune", "star", "{model}", "--data", "digits", "--rho", "0.7", "--alpha", "0.5", "--acs-images", "32",
+    "star": ["prune", "star", "{model}", "--data", "digits", "--rho", "0.7", "--attention-weight", "0.5", "--acs-images", "32",
              "--lrp-images", "16", "--epochs", "1", "-b", "16"],
     "width": ["prune", "width", "{model}", "--data", "digits", "-p", "0.3", "--importance", "taylor",
               "--taylor-batches", "3", "--taylor-batch-size", "16"],

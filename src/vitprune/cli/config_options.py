@@ -74,26 +74,33 @@ class _Option:
         return Optional[value_type] if optional else value_type
 
     def alias_parameters(self, parameter_kind: inspect._ParameterKind, prefix: str) -> list[inspect.Parameter]:
-        """A hidden parameter per old spelling of the flag (unset unless named)."""
-        return [inspect.Parameter(self.alias_name(prefix, alias), parameter_kind,
-                                  annotation=self._annotation(None, True),
-                                  default=typer.Option(None, alias, hidden=True, min=self.facts.min,
-                                                       max=self.facts.max))
-                for alias in self.facts.aliases]
+        """A hidden parameter per old spelling of the flag (unset unless named); ``--old=VALUE``, an old flag that
+        meant one value, is a hidden switch."""
+        parameters = []
+        for alias in self.facts.aliases:
+            flag, switch, _ = alias.partition("=")
+            option = (typer.Option(False, flag, hidden=True) if switch else
+                      typer.Option(None, flag, hidden=True, min=self.facts.min, max=self.facts.max))
+            parameters.append(inspect.Parameter(self.alias_name(prefix, flag), parameter_kind, default=option,
+                                                annotation=bool if switch else self._annotation(None, True)))
+        return parameters
 
     def alias_name(self, prefix: str, alias: str) -> str:
         return f"{prefix}{self.name}__{alias.lstrip('-').replace('-', '_')}"
 
     def given(self, kwargs: dict[str, Any], prefix: str) -> Any:
         """The option's command-line value, popped from ``kwargs``; an old spelling used warns that the name
-        changed (and gives way to the new one where both are named)."""
+        changed, and its value is taken (typer cannot tell a new option named from one left at its default)."""
         value = kwargs.pop(prefix + self.name)
         for alias in self.facts.aliases:
-            old = kwargs.pop(self.alias_name(prefix, alias))
-            if old is not None:
-                warnings.warn(f"{alias} is now {self.flag}; the old name goes in the next release",
-                              VitpruneWarning, stacklevel=2)
-                value = old if value is None else value
+            flag, switch, meant = alias.partition("=")
+            old = kwargs.pop(self.alias_name(prefix, flag))
+            if old is None or old is False:
+                continue
+            new = f"{self.flag} {meant}" if switch else self.flag
+            warnings.warn(f"{flag} is now {new}; the old name goes in the next release", VitpruneWarning,
+                          stacklevel=2)
+            value = (self.choice_type(meant) if self.facts.choices else meant) if switch else old
         return value
 
     @functools.cached_property

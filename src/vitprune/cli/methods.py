@@ -3,10 +3,12 @@
 A method's command takes MODEL, ``--out``, one option per field its config exposes, and the shared groups, each
 declared once as a dataclass: the model source (:class:`~vitprune.cli.options.ModelSource`), the data
 (:class:`~vitprune.cli.options.DataSource`, for a method that reads data), the speed measurement
-(:class:`~vitprune.measure.SpeedConfig`), ``--resume`` (a run directory) or ``--overwrite`` (one model directory)
-and ``--json``. A method with a command of its own in ``cli/prune.py`` (presets and fine-tune defaults that its
-config does not hold yet) keeps it; every other registered method, one registered by a user's package too, gets
-its command here.
+(:class:`~vitprune.measure.SpeedConfig`), the fine-tune group (:class:`~vitprune.training.presets.FinetuneOptions`,
+for a method with a training :attr:`~vitprune.methods.base.Method.recipe`) and the output
+(:class:`~vitprune.cli.options.RunOutput` into a run directory, :class:`~vitprune.cli.options.ModelOutput` into one
+model directory). A method with a command of its own in ``cli/prune.py``
+(HetDPT, whose options change a preset) keeps it; every other registered method, one registered by a user's package
+too, gets its command here, shown by its renderer in :data:`~vitprune.cli.render.RENDERERS` or by the common one.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    JSON_OPT, OVERWRITE_OPT, RESUME_OPT, SEED_OPT, DataSource, ModelSource, check_target, distributed, load_inputs,
+    SEED_OPT, DataSource, FinetuneOptions, ModelOutput, ModelSource, RunOutput, check_target, distributed,
+    load_inputs,
 )
-from vitprune.cli.render import render_report, show_edit, show_report
+from vitprune.cli.render import EPOCH_VIEWS, RENDERERS, render_lr, render_report, show_edit, show_report
 from vitprune.config import cli_facts
 from vitprune.measure import SpeedConfig
 from vitprune.methods.base import Method, MethodData, RunContext, methods, validate_config
@@ -33,9 +36,14 @@ prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of 
 app.add_typer(prune_app, name="prune")
 
 
+def _options(method: Method) -> type:
+    """The dataclass the method's command options come from."""
+    return method.options or method.config
+
+
 def _has_seed(method: Method) -> bool:
-    """Whether the method's config exposes a ``seed``, which then also draws a --no-pretrained model's weights."""
-    return any(f.name == "seed" and cli_facts(f) for f in dataclasses.fields(method.config))
+    """Whether the method's options expose a ``seed``, which then also draws a --no-pretrained model's weights."""
+    return any(f.name == "seed" and cli_facts(f) for f in dataclasses.fields(_options(method)))
 
 
 def method_command(method: Method) -> Any:
@@ -50,11 +58,10 @@ def method_command(method: Method) -> Any:
         inspect.Parameter("config", keyword, default=...),
         inspect.Parameter("source", keyword, default=...),
         *([inspect.Parameter("data", keyword, default=...)] if method.data else []),
+        *([inspect.Parameter("finetune", keyword, default=...)] if method.recipe else []),
         *([] if _has_seed(method) else [inspect.Parameter("seed", keyword, annotation=int, default=SEED_OPT)]),
         inspect.Parameter("speed", keyword, default=...),
-        inspect.Parameter("again", keyword, annotation=bool,
-                          default=OVERWRITE_OPT if method.out_is_model else RESUME_OPT),
-        inspect.Parameter("json_out", keyword, annotation=bool, default=JSON_OPT),
+        inspect.Parameter("output", keyword, default=...),
     ]
 
     def command(**options: Any) -> None:
@@ -63,22 +70,31 @@ def method_command(method: Method) -> Any:
     command.__signature__ = inspect.Signature(parameters)
     command.__name__ = method.name.replace("-", "_")
     command.__doc__ = method.help
+    command = config_options(ModelOutput if method.out_is_model else RunOutput, param="output")(command)
     command = config_options(SpeedConfig, param="speed", prefix="speed_")(command)
+    if method.recipe:
+        command = config_options(FinetuneOptions, param="finetune")(command)
     if method.data:
         command = config_options(DataSource, param="data",
                                  required=() if method.data_optional else ("data",))(command)
     command = config_options(ModelSource, param="source")(command)
-    return config_options(method.config)(command)
+    return config_options(_options(method))(command)
 
 
 def _run(method: Method, *, model: str, out: Path, config: Any, source: ModelSource, speed: SpeedConfig,
-         again: bool, json_out: bool, data: DataSource | None = None, seed: int | None = None) -> None:
+         output: RunOutput | ModelOutput, data: DataSource | None = None, seed: int | None = None,
+         finetune: FinetuneOptions | None = None) -> None:
     """Load MODEL (and --data's sets the method reads), run the method into --out and show its report."""
     ctx = distributed(source.device)
-    if method.out_is_model:
-        check_target(out, again, "--out")
-    validate_config(config)
+    json_out = output.json
+    if isinstance(output, ModelOutput):
+        check_target(out, output.overwrite, "--out")
     seed = config.seed if seed is None else seed
+    training = None
+    if method.recipe is not None:
+        training = finetune.training(method.recipe, seed=seed, batch=method.train_batch)
+        config = method.from_command(config, training)
+    validate_config(config)
     if data is not None and data.data is not None:
         dense, sets = load_inputs(model, source, data, seed=seed, splits=method.data)
     else:
@@ -86,12 +102,16 @@ def _run(method: Method, *, model: str, out: Path, config: Any, source: ModelSou
 
         dense, sets = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=seed), {}
     report = method.run(dense, MethodData(**sets), config, RunContext(
-        run_dir=out, device=ctx.device, progress=not json_out and ctx.is_main, resume=not method.out_is_model and again,
-        log=(lambda _m: None) if json_out else err_console.print, speed=speed, dist=ctx, name=model))
+        run_dir=out, device=ctx.device, progress=not json_out and ctx.is_main, resume=isinstance(output, RunOutput) and output.resume,
+        log=(lambda _m: None) if json_out else err_console.print, speed=speed, dist=ctx, name=model,
+        on_epoch=None if json_out else EPOCH_VIEWS.get(method.name)))
     if method.out_is_model:
         show_edit(report, json_out, title=f"{model}: {method.title_of(report)}")
-    else:
-        show_report(model, report, lambda name, r: render_report(name, r, method.name), json_out)
+        return
+    show_report(model, report, RENDERERS.get(method.name, lambda name, r: render_report(name, r, method.name)),
+                json_out)
+    if training is not None and not json_out:
+        render_lr(training, finetune.recipe(method.recipe))
 
 
 def add_method_commands() -> None:

@@ -23,8 +23,7 @@ from vitprune.config import setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
-from vitprune.training.config import TRAINING_HELP
-from vitprune.training.presets import PRESETS
+from vitprune.training.presets import FinetuneOptions
 from vitprune.surgery import IDENTITY_HELP
 
 if TYPE_CHECKING:
@@ -65,19 +64,7 @@ class DataSource:
                                                     "run (drawn with seed 0); the others train.")
 
 
-@dataclass
-class FinetuneOptions:
-    """The training a method runs after pruning (HiAP: its gate training): a paper's recipe by --preset, or the
-    method's own schedule, changed by the options named. Without --preset or --epochs VBP and STAR do not fine-tune
-    and HiAP refuses to start."""
-
-    preset: Optional[str] = setting(None, help=f"Train with a paper's recipe ({', '.join(PRESETS)}; docs/recipes.md): "
-                                               "its epochs, batch, schedule and augmentation; the options here change "
-                                               "it.")
-    epochs: Optional[int] = setting(None, min=0, aliases=("--finetune-epochs",), help=TRAINING_HELP["epochs"])
-    lr: Optional[float] = setting(None, help=TRAINING_HELP["lr"])
-    batch_size: Optional[int] = setting(None, short="-b", min=1, help=TRAINING_HELP["batch_size"])
-    workers: Optional[int] = setting(None, min=0, help=TRAINING_HELP["workers"])
+_JSON_HELP = "Print machine-readable JSON instead of tables."
 
 
 @dataclass
@@ -86,24 +73,27 @@ class RunOutput:
 
     resume: bool = setting(False, flag="--resume", help="Continue the run in --out from where it stopped (its "
                                                         "finished stages and last checkpoint).")
-    json: bool = setting(False, flag="--json", help="Print machine-readable JSON instead of tables.")
+    json: bool = setting(False, flag="--json", help=_JSON_HELP)
 
 
-def run_groups(command: F, *, finetune: bool = False) -> F:
+@dataclass
+class ModelOutput:
+    """What a command that writes one model directory does with one that is there, and how it prints."""
+
+    overwrite: bool = setting(False, flag="--overwrite", help="Replace what is already there (the new one is written "
+                                                              "beside it and renamed when complete).")
+    json: bool = setting(False, flag="--json", help=_JSON_HELP)
+
+
+def run_groups(command: F) -> F:
     """``command`` with the groups of a command that runs a method on data into a run directory: ``source``
-    (:class:`ModelSource`), ``data`` (:class:`DataSource`, --data required), ``speed`` (:class:`SpeedConfig`),
-    ``output`` (:class:`RunOutput`) and, with ``finetune``, ``finetune`` (:class:`FinetuneOptions`)."""
+    (:class:`ModelSource`), ``data`` (:class:`DataSource`, --data required), ``speed`` (:class:`SpeedConfig`) and
+    ``output`` (:class:`RunOutput`)."""
     groups = [config_options(ModelSource, param="source"), config_options(DataSource, param="data", required=("data",)),
-              config_options(SpeedConfig, param="speed", prefix="speed_"), config_options(RunOutput, param="output"),
-              *([config_options(FinetuneOptions, param="finetune")] if finetune else [])]
+              config_options(SpeedConfig, param="speed", prefix="speed_"), config_options(RunOutput, param="output")]
     for group in reversed(groups):
         command = group(command)
     return command
-
-
-def finetune_groups(command: F) -> F:
-    """:func:`run_groups` with the fine-tune group."""
-    return run_groups(command, finetune=True)
 
 
 PRETRAINED_OPT = option(ModelSource, "pretrained")
@@ -136,8 +126,7 @@ CLASSES_GROUP = ("--num-classes",)
 JSON_OPT = option(RunOutput, "json")
 IDENTITY_OPT = typer.Option(AttentionIdentity.norm, "--identity", help=IDENTITY_HELP)
 RESUME_OPT = option(RunOutput, "resume")
-OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace what is already there (the new one is written "
-                                                        "beside it and renamed when complete).")
+OVERWRITE_OPT = option(ModelOutput, "overwrite")
 
 
 def distributed(device: str):

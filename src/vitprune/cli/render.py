@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # these modules import torch: the commands import them when t
     from vitprune.methods.report import Report
     from vitprune.methods.star.pipeline import STARReport
     from vitprune.methods.vbp.pipeline import VBPReport
+    from vitprune.training.config import TrainConfig
 
     MethodReport = ChainReport | HetDPTReport | HiAPReport | STARReport | VBPReport
 
@@ -139,10 +140,11 @@ def render_star(model: str, report: STARReport) -> None:
     _render_gains(model, kind, _retention_cell(report.top1, report.retention), report)
 
 
-def render_hiap_epoch(stats: dict, target_macs: float | None) -> None:
+def render_hiap_epoch(stats: dict) -> None:
     """The live view after each HiAP epoch: MACs (expected, hardened) against the budget, and per block the
     heads, value dims and neurons the hardened gates keep (expected counts in brackets)."""
     # With a target the extraction hardens at the threshold that lands on it, not the paper's 0: show both.
+    target_macs = stats.get("target_macs")
     target = "" if target_macs is None else (
         f", extracted now {format_count(stats['macs_extracted']) if stats.get('macs_extracted') else 'over'} / target "
         f"{format_count(target_macs)}")
@@ -247,6 +249,23 @@ def render_chain(model: str, report: ChainReport) -> None:
                   f"{'yes' if check['architecture_rebuilt'] else 'no'}; {onnx}")
     methods = " → ".join(record["method"] for record in report.steps[1:])
     _render_gains(model, f"chain ({methods})", percent(report.top1['final']), report)
+
+
+def render_lr(train: TrainConfig, recipe: TrainConfig) -> None:
+    """Under a report, the peak lr the run trained at and how it follows from the ``recipe``'s (the JSON report's
+    ``config`` holds it)."""
+    how = ("the recipe's" if train.lr == recipe.lr and train.batch_size == recipe.batch_size
+           else "scaled with the batch" if train.lr == recipe.at_batch(train.batch_size).lr else "given")
+    console.print(f"trained at lr {train.lr:.3g} for a global batch of {train.batch_size} ({how}; the recipe: "
+                  f"{recipe.lr:.3g} at {recipe.batch_size})")
+
+
+#: The printed view of a method's report, by the method's name; a method without one is shown by
+#: :func:`render_report`.
+RENDERERS: dict[str, Callable[[str, Any], None]] = {"hetdpt": render_hetdpt, "vbp": render_vbp, "star": render_star,
+                                                    "hiap": render_hiap}
+#: The live view after each training epoch, by the method's name.
+EPOCH_VIEWS: dict[str, Callable[[dict], None]] = {"hiap": render_hiap_epoch}
 
 
 def render_report(model: str, report: Any, method: str) -> None:

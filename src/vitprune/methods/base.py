@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -95,6 +95,14 @@ class Method:
     #: ``--data``). :attr:`data_optional`: the method runs without them (the command's ``--data`` is optional).
     data: ClassVar[tuple[str, ...]] = ("train", "val", "calibration")
     data_optional: ClassVar[bool] = False
+    #: The dataclass the command's method options come from (``None``: :attr:`config`); :meth:`from_command` turns
+    #: it into the config.
+    options: ClassVar[type | None] = None
+    #: The training the command's fine-tune group (:class:`~vitprune.training.presets.FinetuneOptions`) changes where
+    #: it names no --preset (``None``: the command takes no fine-tune group), at :attr:`train_batch` (``None``: the
+    #: recipe's batch).
+    recipe: ClassVar[TrainConfig | None] = None
+    train_batch: ClassVar[int | None] = None
     #: Whether the command line gives it a ``vitprune prune NAME`` command (``False``: a step of chains alone, or a
     #: method with a command of its own).
     command: ClassVar[bool] = True
@@ -117,6 +125,11 @@ class Method:
         config = build_config(self.config, settings, self.name, fixed=self.fixed)
         validate_config(config)
         return config
+
+    def from_command(self, options: Any, training: TrainConfig | None) -> Any:
+        """The config a command runs: its method options (an :attr:`options` instance) with the fine-tune group's
+        ``training`` (``None``: no fine-tune), for a method with a :attr:`recipe` its config's ``finetune``."""
+        return replace(options, finetune=training) if self.recipe is not None else options
 
     def requires(self, config: Any) -> tuple[str, ...]:
         """The adapter capabilities ``config`` needs (:data:`vitprune.adapters.CAPABILITIES`)."""

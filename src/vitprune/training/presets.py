@@ -16,11 +16,12 @@ erasing 0.25 (per-pixel noise), repeated augmentation (3 copies), drop path 0.1 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
+from vitprune.config import setting
 from vitprune.errors import VitpruneError
-from vitprune.training.config import DistillConfig, TrainConfig, scaled_lr
+from vitprune.training.config import TRAINING_HELP, DistillConfig, TrainConfig, scaled_lr
 
 #: The global batch a base learning rate is stated for (DeiT's rule).
 LR_REFERENCE_BATCH = 512
@@ -136,4 +137,36 @@ def get_preset(name: str) -> Preset:
     return copy.deepcopy(PRESETS[name])
 
 
-__all__ = ["DEIT_EMA", "DEIT_RECIPE", "LR_REFERENCE_BATCH", "PRESETS", "Preset", "get_preset"]
+@dataclass
+class FinetuneOptions:
+    """The training a method runs after pruning (HiAP: its gate training) as a user asks for it: a paper's recipe by
+    --preset, or the method's own schedule, changed by the options named. Without --preset or --epochs there is
+    none (HiAP refuses to start)."""
+
+    preset: Optional[str] = setting(None, help=f"Train with a paper's recipe ({', '.join(PRESETS)}; docs/recipes.md): "
+                                               "its epochs, batch, schedule and augmentation; the options here change "
+                                               "it.")
+    epochs: Optional[int] = setting(None, min=0, aliases=("--finetune-epochs",), help=TRAINING_HELP["epochs"])
+    lr: Optional[float] = setting(None, help=TRAINING_HELP["lr"])
+    batch_size: Optional[int] = setting(None, short="-b", min=1, help=TRAINING_HELP["batch_size"])
+    workers: Optional[int] = setting(None, min=0, help=TRAINING_HELP["workers"])
+
+    def recipe(self, own: TrainConfig) -> TrainConfig:
+        """The recipe the options change: --preset's, else the method's ``own``."""
+        return get_preset(self.preset).train if self.preset else own
+
+    def training(self, own: TrainConfig, *, seed: int, batch: int | None = None) -> TrainConfig | None:
+        """The training asked for over :meth:`recipe` (``None``: none, without --epochs or --preset), at --batch-size,
+        else the preset's batch, else ``batch`` (``None``: the recipe's); its lr scaled with the batch
+        (:meth:`TrainConfig.at_batch`) unless --lr is given."""
+        recipe = self.recipe(own)
+        epochs = self.epochs if self.epochs is not None else recipe.epochs if self.preset else 0
+        if not epochs:
+            return None
+        batch = self.batch_size or (None if self.preset else batch)
+        train = recipe.at_batch(batch) if batch is not None else recipe
+        changes = {"epochs": epochs, "lr": self.lr, "seed": seed, "workers": self.workers}
+        return replace(train, **{k: v for k, v in changes.items() if v is not None})
+
+
+__all__ = ["DEIT_EMA", "DEIT_RECIPE", "LR_REFERENCE_BATCH", "PRESETS", "FinetuneOptions", "Preset", "get_preset"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from vitprune.errors import VitpruneError
 from vitprune.methods.base import (
     Method, MethodData, RunContext, build_config, build_train_config, register_method, split_settings,
 )
@@ -33,8 +34,11 @@ class HiAP(Method):
     name = "hiap"
     title = "HiAP"
     help = ("HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the "
-            "model.")
+            "model (the paper trains 200 epochs: --preset imagenet-hiap).")
     config = HiAPRun
+    options = HiAPConfig
+    #: Without --preset: HiAP's schedule (the paper's lr and batch without its augmentation), for --epochs.
+    recipe = TrainConfig(epochs=1, **TRAIN_DEFAULTS)
     data = ("train", "val")
     summary = ("heads", "neurons", "ffn_closed", "threshold")
     settings = "TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)"
@@ -45,6 +49,12 @@ class HiAP(Method):
                       build_config(HiAPConfig, rest, self.name))
         run.validate()
         return run
+
+    def from_command(self, options: HiAPConfig, training: TrainConfig | None) -> HiAPRun:
+        if training is None:
+            raise VitpruneError("give --epochs, or --preset for a paper's recipe (HiAP's: --preset imagenet-hiap): "
+                                "HiAP trains its gates with its weights")
+        return HiAPRun(training, options)
 
     def requires(self, config: HiAPRun) -> tuple[str, ...]:
         return REQUIRES

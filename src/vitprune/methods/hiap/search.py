@@ -199,6 +199,7 @@ class HiAPTraining(TrainHooks):
                       **{f"macs_{k}": v for k, v in costs(self.gates, self.fixed).items()},
                       **{k: self.last.get(k, math.nan) for k in ("penalty", "feasibility")}})
         stats["layers"] = layer_summary(self.gates)
+        stats["target_macs"] = self.config.target_macs
         if self.config.target_macs is not None:  # what extraction would cut now: its threshold is not the paper's 0
             try:
                 threshold = budget_threshold(self.gates, self.fixed, self.config.target_macs, self.budget_tolerance)

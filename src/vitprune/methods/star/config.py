@@ -34,7 +34,7 @@ class STARConfig:
     adaptive: bool = setting(False, flag="--adaptive",
                              help="a-STAR: per-image token counts (never more than STAR).")
     #: Paper: 0.15 for DeiT, 0.3 for LV-ViT.
-    alpha: float = setting(0.15, help="Weight of the online [CLS] attention vs the LRP prior (1: attention only).")
+    alpha: float = setting(0.15, flag="--attention-weight", aliases=("--alpha",), help="Weight of the online [CLS] attention vs the LRP prior (1: attention only).")
     anchor: str = setting("paper", choices=ANCHORS, help="ACS anchors: paper (first/last block) or minmax.")
     acs_images: int = setting(500, min=1, help="Training images for the ACS (paper: 500).")
     #: Paper: T=10 rounds of 128-512.

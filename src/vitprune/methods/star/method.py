@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitprune.methods.base import Method, MethodData, RunContext, build_config, register_method
 from vitprune.methods.star.config import STARConfig
+from vitprune.training.config import TrainConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -16,8 +17,13 @@ if TYPE_CHECKING:
 class STAR(Method):
     name = "star"
     title = "STAR"
-    help = "STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates."
+    help = ("STAR: drop patch tokens block by block, ranked by [CLS] attention fused with an LRP prior; ACS keep rates "
+            "(the paper fine-tunes 120 epochs: --preset imagenet-star; without a preset at a batch of 64).")
     config = STARConfig
+    #: Without --preset: the paper's schedule without DeiT's augmentation and EMA, which need image data and GPUs, at
+    #: a batch of 64 (the paper's 2048 needs several GPUs).
+    recipe = TrainConfig(**{k: getattr(STARConfig().finetune, k) for k in ("epochs", "lr", "min_lr", "batch_size")})
+    train_batch = 64
     fixed = {"finetune": None}
     summary = ("rho", "keep_rates")
     settings = "STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ..."

@@ -56,7 +56,8 @@ class VBPConfig:
     #: the paper's 10 epochs, AdamW, lr 1.5e-5, cosine, batch 32, weight decay 0.01, distillation from the
     #: unpruned model.
     finetune: TrainConfig | None = field(default_factory=lambda: get_preset(PRESET).train)
-    distill: str = _RECIPE.distill.distill
+    distill: str = setting(_RECIPE.distill.distill, choices=KINDS, aliases=("--no-distill=none",),
+                           help="Distillation from the unpruned model while fine-tuning.")
     #: 1 is pure distillation (the note's reading of the paper's KD).
     alpha: float = setting(_RECIPE.distill.alpha, help="Weight of the distillation term (1: distillation only).")
     tau: float = setting(_RECIPE.distill.tau, help="Distillation temperature.")

@@ -16,8 +16,11 @@ if TYPE_CHECKING:
 class VBP(Method):
     name = "vbp"
     title = "VBP"
-    help = "VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; fine-tune if asked."
+    help = ("VBP: remove the MLP neurons of lowest activation variance network-wide, fold their means; fine-tune if "
+            "asked (the paper: 10 epochs of its recipe, --preset imagenet-vbp).")
     config = VBPConfig
+    #: Without --preset the command line fine-tunes on the paper's schedule, for --epochs.
+    recipe = VBPConfig().finetune
     summary = ("removed", "widths")
     fixed = {"finetune": None}
     settings = "VBPConfig's fields: ratio, criterion, compensate, calibration_images, ..."
