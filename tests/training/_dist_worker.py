@@ -24,7 +24,7 @@ from vitprune.training.distributed import (
     on_main,
     reduce_metrics,
     reduce_moments,
-    shutdown_distributed,
+    exit_distributed,
     unwrap_model,
     welford_update,
     wrap_model,
@@ -139,7 +139,7 @@ def main(out_path: str) -> None:
         }
         with open(out_path, "w") as f:
             json.dump({"reports": reports, "expected": expected}, f)
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from torch.utils.data import Subset
 import vitprune
 from vitprune.data import DigitsDataset
 from vitprune.training import TrainConfig, Trainer
-from vitprune.training.distributed import init_distributed, shutdown_distributed
+from vitprune.training.distributed import exit_distributed, init_distributed
 
 ctx = init_distributed("cpu")
 torch.manual_seed(0)
@@ -17,4 +17,4 @@ config = TrainConfig(epochs=2, lr=0.05, batch_size=32, optimizer="sgd")
 stats = Trainer(model, Subset(DigitsDataset("train"), range(128)), config, dist=ctx).fit()
 if ctx.is_main:
     torch.save({"stats": stats, "state": model.state_dict()}, sys.argv[1])
-shutdown_distributed()
+exit_distributed()

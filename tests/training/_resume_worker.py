@@ -10,7 +10,7 @@ from torch.utils.data import Subset
 import vitprune
 from vitprune.data import DigitsDataset
 from vitprune.training import TrainConfig, Trainer, TrainHooks
-from vitprune.training.distributed import init_distributed, shutdown_distributed
+from vitprune.training.distributed import exit_distributed, init_distributed
 from vitprune.training.engine import CHECKPOINT_DIR, STATE_FILE
 
 #: 128 images, a global batch of 32: 4 steps an epoch, 16 images per process and step.
@@ -45,7 +45,7 @@ def _main(out: Path) -> None:
     if ctx.is_main:
         torch.save({"tallies": tallies, "uninterrupted": reference.state_dict(), "resumed": resumed.state_dict()},
                    out / "result.pt")
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":

@@ -74,26 +74,38 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.reconfigure(line_buffering=True)
     shown, warnings.showwarning = warnings.showwarning, _warning_line(warnings.showwarning)
     try:
+        code = _run(args)
+    except BaseException:  # a bug: its traceback prints as the process ends
+        _leave_process_group(None)
+        raise
+    finally:
+        warnings.showwarning = shown
+    _leave_process_group(code)
+    if code:
+        sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
+    """Run the command ``args`` name; its exit status (a user error: one line, and its status)."""
+    try:
         # Typer turns Ctrl-C into exit code 130, which it returns (not raises) when not in standalone mode.
         if app(args=args, standalone_mode=False) == INTERRUPTED:
-            _interrupted(args)
+            return _interrupted(args)
     except VitpruneError as exc:
         _error_line(str(exc))
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except OSError as exc:  # the file system refused what no check foresaw: permissions, a full disk
         _error_line(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
-        sys.exit(1)
+        return 1
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except _ClickException as exc:
         if not err_console.quiet:
             exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        _interrupted(args)
-    finally:
-        warnings.showwarning = shown
-        _leave_process_group()
+        return _interrupted(args)
+    return 0
 
 
 def _error_line(message: str) -> None:
@@ -114,12 +126,19 @@ def _warning_line(other):
     return show
 
 
-def _leave_process_group() -> None:
-    """Destroy the process group a command joined under torchrun: left to the interpreter's exit, gloo's threads
-    can abort the process (SIGABRT, "terminate called without an active exception") after its work is done."""
+def _leave_process_group(code: int | None) -> None:
+    """Leave the process group a command joined under torchrun: end the process with ``code`` at once
+    (:func:`~vitprune.training.distributed.exit_distributed`), or, with ``None`` (an error in flight), destroy the
+    group and let the error end the process."""
     dist = sys.modules.get("torch.distributed")  # never imported by commands that need no group
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    if dist is None or not (dist.is_available() and dist.is_initialized()):
+        return
+    if code is None:
         dist.destroy_process_group()
+        return
+    from vitprune.training.distributed import exit_distributed
+
+    exit_distributed(code)
 
 
 def _rank() -> int:
@@ -134,8 +153,8 @@ def _rank() -> int:
 INTERRUPTED = 130
 
 
-def _interrupted(args: list[str]) -> None:
-    """Say what an interrupted command left in its --out and the exact command that continues it; exit 130."""
+def _interrupted(args: list[str]) -> int:
+    """Say what an interrupted command left in its --out and the exact command that continues it; 130."""
     if _takes_resume(args) and "--out" in args[:-1]:
         out = args[args.index("--out") + 1]
         path = Path(out)
@@ -150,7 +169,7 @@ def _interrupted(args: list[str]) -> None:
                           soft_wrap=True)
     else:
         err_console.print("interrupted", highlight=False)
-    sys.exit(INTERRUPTED)
+    return INTERRUPTED
 
 
 def _takes_resume(args: list[str]) -> bool:

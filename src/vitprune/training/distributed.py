@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -93,6 +94,18 @@ def shutdown_distributed() -> None:
     """Destroy the default process group, if there is one."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def exit_distributed(code: int = 0) -> None:
+    """In a process group: destroy it and end this process with ``code`` at once, its output flushed; without one,
+    nothing. Left to the interpreter's exit, gloo's threads can abort a worker whose work is done (SIGABRT,
+    "terminate called without an active exception"), and torchrun then fails a finished job."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.destroy_process_group()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def is_main_process(ctx: DistContext | None = None) -> bool:
@@ -347,7 +360,7 @@ def _as_moments(count: torch.Tensor | int, mean: torch.Tensor, m2: torch.Tensor)
 
 
 __all__ = [
-    "DistContext", "Moments", "all_reduce_sum", "broadcast_object", "empty_moments", "init_distributed",
-    "is_main_process", "merge_moments", "on_main", "reduce_metrics", "reduce_moments", "shard_dataset",
-    "shutdown_distributed", "unwrap_model", "welford_update", "wrap_model",
+    "DistContext", "Moments", "all_reduce_sum", "broadcast_object", "empty_moments", "exit_distributed",
+    "init_distributed", "is_main_process", "merge_moments", "on_main", "reduce_metrics", "reduce_moments",
+    "shard_dataset", "shutdown_distributed", "unwrap_model", "welford_update", "wrap_model",
 ]

@@ -20,7 +20,7 @@ from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.pipeline import HetDPTConfig
 from vitprune.methods.stages import calibration_loader
 from vitprune.training import TrainConfig
-from vitprune.training.distributed import DistContext, init_distributed, shutdown_distributed
+from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
 #: 23 TE images split 12 + 11 over two ranks, in batches of 4 (a partial batch on each rank).
 TE_IMAGES, TE_BATCH = 23, 4
@@ -83,7 +83,7 @@ def _main(out: Path) -> None:
                                   calibration_set=calibration, speed=SPEED, dist=ctx, resume=True)
     result.update(report=report.to_dict(), resumed=resumed.to_dict(), shares=shares)
     torch.save(result, out / f"rank{ctx.rank}.pt")
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
 from vitprune.methods.hiap import HiAPConfig, run_hiap
 from vitprune.training import TrainConfig
-from vitprune.training.distributed import init_distributed, shutdown_distributed
+from vitprune.training.distributed import exit_distributed, init_distributed
 
 #: Two steps of a global batch of 16. SGD, not Adam: Adam turns rounding-sized gradients that are zero in exact
 #: arithmetic into lr-sized updates (see test_engine's 2-process test).
@@ -46,7 +46,7 @@ def _main(out: Path) -> None:
                        resume=True)
     torch.save({"report": report.to_dict(), "resumed": resumed.to_dict(), "written": written},
                out / f"rank{ctx.rank}.pt")
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":

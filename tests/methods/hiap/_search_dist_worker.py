@@ -12,7 +12,7 @@ import vitprune
 from vitprune.data import DigitsDataset
 from vitprune.methods.hiap import HiAPConfig, train_gates
 from vitprune.training import TrainConfig
-from vitprune.training.distributed import init_distributed, is_main_process, shutdown_distributed
+from vitprune.training.distributed import exit_distributed, init_distributed, is_main_process
 
 #: Two steps of a global batch of 32. SGD, not Adam: Adam turns rounding-sized gradients that are zero in exact
 #: arithmetic into lr-sized updates (see test_engine's 2-process test).
@@ -33,4 +33,4 @@ if __name__ == "__main__":
     result = search()
     if is_main_process():
         torch.save(result, sys.argv[1])
-    shutdown_distributed()
+    exit_distributed()

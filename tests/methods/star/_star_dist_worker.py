@@ -18,7 +18,7 @@ from vitprune.methods.star import pipeline
 from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.pipeline import STARConfig
 from vitprune.methods.star.schedule import average_cosine_similarity
-from vitprune.training.distributed import DistContext, init_distributed, shutdown_distributed
+from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
 #: 23 ACS images split 12 + 11 over two ranks; 7 LRP images 4 + 3, in batches of 3 (a partial batch on each rank).
 ACS_IMAGES, ACS_BATCH, LRP_IMAGES, LRP_BATCH, CLASSES = 23, 8, 7, 3, 3
@@ -72,7 +72,7 @@ def _main(out: Path) -> None:
     result.update(report={"acs": report.acs, "rho": report.rho, "keep_rates": report.keep_rates},
                   resumed_acs=resumed.acs, applied=applied)
     torch.save(result, out / f"rank{ctx.rank}.pt")
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":

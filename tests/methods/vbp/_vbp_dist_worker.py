@@ -21,7 +21,7 @@ from vitprune.methods.vbp import pipeline
 from vitprune.methods.vbp.criteria import neuron_scores
 from vitprune.methods.vbp.pipeline import VBPConfig
 from vitprune.training import TrainConfig
-from vitprune.training.distributed import DistContext, init_distributed, shutdown_distributed
+from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
 #: 21 calibration images split 11 + 10 over two ranks, in batches of 4 (a partial batch on each rank).
 CALIBRATION_IMAGES, BATCH = 21, 4
@@ -101,7 +101,7 @@ def _main(out: Path) -> None:
     depth = run_depth(model, DEPTH, out=out / f"depth{ctx.rank}", speed=DEPTH_SPEED, dist=ctx)
     result.update(runs=runs, report=report.to_dict(), resumed=resumed.to_dict(), depth=depth.to_dict())
     torch.save(result, out / f"rank{ctx.rank}.pt")
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.chain import Step, run_chain
 from vitprune.methods.width import WidthConfig, run_width, taylor_gradients, taylor_scores
 from vitprune.methods.width.pipeline import _taylor_batches
-from vitprune.training.distributed import DistContext, init_distributed, shutdown_distributed
+from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
 #: 5 taylor batches of 12 images: 3 on rank 0, 2 on rank 1.
 TAYLOR = {"taylor_batches": 5, "taylor_batch_size": 12}
@@ -85,7 +85,7 @@ def _main(out: Path) -> None:
                                   speed=SPEED, onnx=False, dist=ctx, resume=True).to_dict()
     result["written"] = written
     torch.save(result, out / f"rank{ctx.rank}.pt")
-    shutdown_distributed()
+    exit_distributed()
 
 
 if __name__ == "__main__":
