@@ -36,7 +36,7 @@ CONVERTED = [
     (("prune", "width"), WidthConfig, None, {}, set(), False),
     (("prune", "hetdpt"), HetDPTConfig, None, {}, set(), True),
     (("prune", "hetdpt"), StageOverrides, None, {}, set(), True),
-    (("prune", "hetdpt+"), WidthConfig, set(chain._PLUS_WIDTH), {}, {"target_macs"}, False),
+    (("prune", "hetdpt+"), WidthConfig, set(prune._PLUS_WIDTH), {}, {"target_macs"}, False),
     (("prune", "hetdpt+"), HetDPTConfig, {"distill"}, {}, set(), True),
     (("prune", "hetdpt+"), StageOverrides, None, {}, set(), True),
     (("prune", "vbp"), VBPConfig, None, {}, set(), False),
@@ -101,9 +101,8 @@ def received(monkeypatch):
     """What the pipelines would have been handed: the patched callee's keyword arguments."""
     calls: dict = {}
     sets = lambda *a, **k: (None, {"train": None, "val": None, "calibration": None})  # noqa: E731
-    for module in (prune, methods):
-        monkeypatch.setattr(module, "load_inputs", sets)
-        monkeypatch.setattr(module, "show_report", lambda *a: None)
+    monkeypatch.setattr(methods, "load_inputs", sets)
+    monkeypatch.setattr(methods, "show_report", lambda *a: None)
     for method in ("vbp", "star"):
         monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
                             lambda *a, config, **_: calls.update(config=config))
@@ -117,7 +116,8 @@ def received(monkeypatch):
                             lambda model, config, **k: calls.update(config=config) or report)
     monkeypatch.setattr("vitprune.models.resolve_model", lambda *a, **k: None)
     monkeypatch.setattr("vitprune.cli.methods.show_edit", lambda *a, **k: None)
-    monkeypatch.setattr(chain, "run_chain_command", lambda model, steps, **k: calls.update(steps=steps))
+    for module in (chain, prune):
+        monkeypatch.setattr(module, "run_chain_command", lambda model, steps, **k: calls.update(steps=steps))
     return calls
 
 

@@ -84,16 +84,24 @@ def method_command(method: Method) -> Any:
 def _run(method: Method, *, model: str, out: Path, config: Any, source: ModelSource, speed: SpeedConfig,
          output: RunOutput | ModelOutput, data: DataSource | None = None, seed: int | None = None,
          finetune: FinetuneOptions | None = None) -> None:
-    """Load MODEL (and --data's sets the method reads), run the method into --out and show its report."""
-    ctx = distributed(source.device)
-    json_out = output.json
-    if isinstance(output, ModelOutput):
-        check_target(out, output.overwrite, "--out")
+    """The generated command: the config from its options (and fine-tune group), then :func:`run_method`."""
     seed = config.seed if seed is None else seed
     training = None
     if method.recipe is not None:
         training = finetune.training(method.recipe, seed=seed, batch=method.train_batch)
         config = method.from_command(config, training)
+    run_method(method, model, config, out=out, source=source, data=data, speed=speed, output=output, seed=seed)
+    if training is not None and not output.json:
+        render_lr(training, finetune.recipe(method.recipe))
+
+
+def run_method(method: Method, model: str, config: Any, *, out: Path, source: ModelSource, data: DataSource | None,
+               speed: SpeedConfig, output: RunOutput | ModelOutput, seed: int) -> None:
+    """Load MODEL (random weights drawn under ``seed``) and the sets of --data the method reads, run ``method`` with
+    ``config`` into --out and show its report."""
+    ctx = distributed(source.device)
+    if isinstance(output, ModelOutput):
+        check_target(out, output.overwrite, "--out")
     validate_config(config)
     if data is not None and data.data is not None:
         dense, sets = load_inputs(model, source, data, seed=seed, splits=method.data)
@@ -102,16 +110,15 @@ def _run(method: Method, *, model: str, out: Path, config: Any, source: ModelSou
 
         dense, sets = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=seed), {}
     report = method.run(dense, MethodData(**sets), config, RunContext(
-        run_dir=out, device=ctx.device, progress=not json_out and ctx.is_main, resume=isinstance(output, RunOutput) and output.resume,
-        log=(lambda _m: None) if json_out else err_console.print, speed=speed, dist=ctx, name=model,
-        on_epoch=None if json_out else EPOCH_VIEWS.get(method.name)))
-    if method.out_is_model:
-        show_edit(report, json_out, title=f"{model}: {method.title_of(report)}")
+        run_dir=out, device=ctx.device, progress=not output.json and ctx.is_main,
+        resume=isinstance(output, RunOutput) and output.resume,
+        log=(lambda _m: None) if output.json else err_console.print, speed=speed, dist=ctx, name=model,
+        on_epoch=None if output.json else EPOCH_VIEWS.get(method.name)))
+    if isinstance(output, ModelOutput):
+        show_edit(report, output.json, title=f"{model}: {method.title_of(report)}")
         return
     show_report(model, report, RENDERERS.get(method.name, lambda name, r: render_report(name, r, method.name)),
-                json_out)
-    if training is not None and not json_out:
-        render_lr(training, finetune.recipe(method.recipe))
+                output.json)
 
 
 def add_method_commands() -> None:
@@ -122,4 +129,4 @@ def add_method_commands() -> None:
             prune_app.command(name, help=method.help)(method_command(method))
 
 
-__all__ = ["add_method_commands", "method_command", "prune_app"]
+__all__ = ["add_method_commands", "method_command", "prune_app", "run_method"]

@@ -1,32 +1,52 @@
-"""``vitprune prune hetdpt``, whose options change a preset's (HetDPT's Stage-2 recipe) rather than a config's
-defaults; every other method's command is generated (:mod:`vitprune.cli.methods`)."""
+"""``vitprune prune hetdpt`` and ``vitprune prune hetdpt+``, whose options change a preset's settings (HetDPT's
+stages) rather than a config's defaults; every other method's command is generated (:mod:`vitprune.cli.methods`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 
-from vitprune.cli.app import MODEL_HELP, err_console
+from vitprune.cli.app import MODEL_HELP
+from vitprune.cli.chain import run_chain_command
 from vitprune.cli.config_options import config_options
-from vitprune.cli.methods import prune_app
-from vitprune.cli.options import DataSource, ModelSource, RunOutput, distributed, load_inputs, run_groups
-from vitprune.cli.render import show_report
+from vitprune.cli.methods import prune_app, run_method
+from vitprune.cli.options import DataSource, ModelSource, RunOutput, run_groups
 from vitprune.measure import SpeedConfig
-from vitprune.methods.hetdpt.config import HetDPTBudget, HetDPTConfig, StageOverrides
+from vitprune.methods.hetdpt.config import HetDPTBudget, HetDPTConfig, StageOverrides, preset_for
+from vitprune.methods.width.config import WidthConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The width settings HetDPT+ takes: all but a ratio (it prunes to a MAC target).
+_PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "head_dims", "embed", "isomorphic", "round_to",
+               "taylor_batches", "taylor_batch_size")
 
 
-def hetdpt_preset_for(preset: str | None, data: str) -> str:
-    """HetDPT's preset: the one asked for, else ``digits`` for vitprune's own small datasets (digits, cluttered-mnist)
-    and ``imagenet-hetdpt`` for any other."""
-    return preset or ("digits" if data in ("digits", "cluttered-mnist") else "imagenet-hetdpt")
+def _hetdpt_groups(budget: Iterable[str] | None = None, config: Iterable[str] | None = None) -> Callable[[F], F]:
+    """The groups of a HetDPT command: :func:`run_groups`, the budget (``choice``, its fields ``budget``), and the
+    changes to the preset's settings: ``config`` (HetDPTConfig's fields ``config``) and ``stages``."""
+
+    def decorate(command: F) -> F:
+        command = config_options(StageOverrides, param="stages", overrides=True)(command)
+        command = config_options(HetDPTConfig, fields=config, overrides=True)(command)
+        return run_groups(config_options(HetDPTBudget, param="choice", fields=budget)(command))
+
+    return decorate
+
+
+def _settings(choice: HetDPTBudget, data: DataSource, changes: dict[str, Any]) -> tuple[str, HetDPTConfig, int]:
+    """The preset's name, its settings with the options named, and the seed (StageOverrides' --seed, 0 unnamed)."""
+    from vitprune.methods.hetdpt.pipeline import configure
+
+    name = preset_for(choice.preset, data.data)
+    return name, configure(name, **changes), changes.get("seed") or 0
 
 
 @prune_app.command()
-@run_groups
-@config_options(HetDPTBudget, param="choice")
-@config_options(HetDPTConfig, overrides=True)
-@config_options(StageOverrides, param="stages", overrides=True)
+@_hetdpt_groups()
 def hetdpt(
     model: str = typer.Argument(..., help=MODEL_HELP),
     data: DataSource = ...,
@@ -39,17 +59,47 @@ def hetdpt(
     output: RunOutput = ...,
 ) -> None:
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
-    from vitprune.cli.render import render_hetdpt
-    from vitprune.methods.hetdpt.pipeline import configure, parse_split, run_hetdpt
+    from vitprune.methods.base import get_method
+    from vitprune.methods.hetdpt.method import HetDPTRun
+    from vitprune.methods.hetdpt.pipeline import parse_split
 
-    chosen_split = parse_split(choice.split)
-    settings = configure(hetdpt_preset_for(choice.preset, data.data), **stages, **config)
-    ctx = distributed(source.device)
-    dense, sets = load_inputs(model, source, data, seed=stages.get("seed") or 0,
-                              splits=("train", "val", "calibration"))
-    report = run_hetdpt(dense, sets["train"], sets["val"], budget=choice.budget, split=chosen_split, run_dir=out,
-                        config=settings, device=ctx.device, progress=not output.json and ctx.is_main,
-                        resume=output.resume, dist=ctx, predictor=choice.predictor, speed=speed,
-                        calibration_set=sets["calibration"],
-                        log=(lambda _m: None) if output.json else err_console.print)
-    show_report(model, report, render_hetdpt, output.json)
+    split = parse_split(choice.split)
+    _, settings, seed = _settings(choice, data, {**stages, **config})
+    run_method(get_method("hetdpt"), model, HetDPTRun(choice.budget, split, settings, choice.predictor), out=out,
+               source=source, data=data, speed=speed, output=output, seed=seed)
+
+
+@prune_app.command("hetdpt+")
+@_hetdpt_groups(budget=("budget", "split", "preset"), config=("distill",))
+@config_options(WidthConfig, param="width", fields=_PLUS_WIDTH, required=("target_macs",))
+def hetdpt_plus(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    data: DataSource = ...,
+    choice: HetDPTBudget = ...,
+    out: Path = typer.Option(..., "--out", help="Run directory: steps/ (hetdpt, width, finetune), model/, report."),
+    width: WidthConfig = ...,
+    stages: dict = ...,
+    config: dict = ...,
+    source: ModelSource = ...,
+    speed: SpeedConfig = ...,
+    output: RunOutput = ...,
+) -> None:
+    """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
+    recovered model (Isomorphic Pruning) to --macs, then the width recovery fine-tune; both fine-tunes distil from
+    the unpruned model with HetDPT's Stage-2 settings."""
+    from dataclasses import asdict
+
+    from vitprune.cli.render import render_chain
+    from vitprune.methods.chain import hetdpt_plus_steps
+
+    width.validate()
+    hetdpt = {**stages, **config}  # the options named: HetDPT's own Stage 2 takes them all
+    name, settings, seed = _settings(choice, data, hetdpt)  # the seed: every step's, the width step's taylor images
+    finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
+                "tau": settings.tau}
+    steps = hetdpt_plus_steps(budget=choice.budget, target_macs=width.target_macs, split=choice.split, preset=name,
+                              convention=width.convention, finetune=finetune, hetdpt=hetdpt,
+                              width={**{k: v for k, v in width.to_dict().items()
+                                        if k not in ("ratio", "target_macs", "convention")}, "seed": seed})
+    run_chain_command(model, steps, source=source, data=data, out=out, preset=name, onnx=True, seed=seed,
+                      speed=speed, output=output, render=render_chain)

@@ -148,4 +148,10 @@ class MergeConfig:
     fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
 
 
-__all__ = ["REQUIRES", "HetDPTBudget", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]
+def preset_for(preset: str | None, data: str | None) -> str:
+    """HetDPT's preset for a run on ``data``: the one asked for, else ``digits`` for vitprune's own small datasets
+    (digits, cluttered-mnist) and ``imagenet-hetdpt`` for any other."""
+    return preset or ("digits" if data in ("digits", "cluttered-mnist") else "imagenet-hetdpt")
+
+
+__all__ = ["REQUIRES", "HetDPTBudget", "preset_for", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]
