@@ -62,3 +62,24 @@ def test_what_the_family_has_is_not_refused(limited):
 
 def test_the_timm_family_has_every_capability():
     assert TimmViTAdapter.capabilities == frozenset(CAPABILITIES)
+
+
+@pytest.mark.parametrize("adapter", adapters.ADAPTERS, ids=lambda a: a.family)
+def test_a_capability_is_what_the_adapter_implements(adapter):
+    """Declared once: a family has a capability exactly when it implements the capability's mixin, and has none of the
+    setters of one it lacks (no stubs that raise)."""
+    from vitprune.adapters.base import CAPABILITY_MIXINS
+
+    assert set(CAPABILITY_MIXINS) == set(CAPABILITIES)
+    for name, mixin in CAPABILITY_MIXINS.items():
+        assert (name in adapter.capabilities) == issubclass(adapter, mixin), name
+        setters = [m for m in getattr(mixin, "__abstractmethods__", ()) if not isinstance(getattr(mixin, m), property)]
+        for setter in setters:
+            assert hasattr(adapter, setter) == (name in adapter.capabilities), (name, setter)
+
+
+def test_a_capability_declared_without_its_mixin_is_refused():
+    from vitprune.adapters import ConvNeXtAdapter
+
+    with pytest.raises(TypeError, match=r"declares capabilities \['token_pruning'\] without implementing"):
+        type("Bad", (ConvNeXtAdapter,), {"capabilities": frozenset({"ffn_width", "token_pruning"})})

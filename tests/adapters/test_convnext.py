@@ -37,8 +37,10 @@ def test_what_the_adapter_cannot_represent_is_one_line(kwargs, message):
     (lambda m: prune_depth(m, attention=[0]), "depth pruning needs to remove attention sublayers, which vitprune "
                                               "cannot do on timm-convnext models"),
     (lambda m: prune_heads(m, 0, [0]), "block 0 has no attention to prune"),
-    (lambda m: prune_tokens(m, 0, 0.5), "timm-convnext models have no tokens"),
-    (lambda m: prune_embed_dims(m, [0]), "timm-convnext models have no single embedding width"),
+    (lambda m: prune_tokens(m, 0, 0.5), "token pruning needs to prune tokens, which vitprune cannot do on "
+                                        "timm-convnext models"),
+    (lambda m: prune_embed_dims(m, [0]), "embedding pruning needs to prune embedding channels, which vitprune "
+                                         "cannot do on timm-convnext models"),
 ], ids=["attention", "heads", "tokens", "embedding"])
 def test_edits_a_convnext_cannot_take_are_refused(edit, message):
     model = tracked("convnext_tiny", CONVNEXT_TINY)

@@ -171,9 +171,12 @@ def test_depth_surgery_keeps_timm_state_dict_keys():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: prune_tokens(m, 0, 0.5), r"timm-swin models have no \[CLS\] token"),
-    (lambda m: prune_embed_dims(m, [0]), "timm-swin models have no single embedding width"),
-    (lambda m: prune_attention_dims(m, 0, [0], [[0]]), "timm-swin models have no heads of uneven value widths"),
+    (lambda m: prune_tokens(m, 0, 0.5), r"token pruning needs to prune tokens, which vitprune cannot do on timm-swin "
+                                        r"models: Swin has no \[CLS\] token"),
+    (lambda m: prune_embed_dims(m, [0]), "embedding pruning needs to prune embedding channels, which vitprune cannot "
+                                         "do on timm-swin models"),
+    (lambda m: prune_attention_dims(m, 0, [0], [[0]]), "value-width pruning needs to give each head its own number "
+                                                       "of value dimensions, which vitprune cannot do on timm-swin"),
 ], ids=["tokens", "embedding", "value-dims"])
 def test_edits_a_swin_cannot_take_are_refused(edit, message):
     model = _model()

@@ -114,8 +114,8 @@ CASES = [
     # Families.
     Case("star-lrp-on-distilled-deit", "prune star {ws}/distilled --data {ws}/images --rho 0.5 --out {ws}/run "
                                        "--no-speed", 2,
-         r"LRP importance follows a single \[CLS\] token to the class head; --alpha 1 ranks tokens by the online "
-         r"\[CLS\] attention alone, without the LRP prior$"),
+         r"LRP importance follows a single \[CLS\] token to the class head; --attention-weight 1 \(alpha 1 in a "
+         r"chain file\) ranks tokens by the online \[CLS\] attention alone, without the LRP prior$"),
     Case("swin-width-embed", "prune width {ws}/swin --ratio 0.2 --out {ws}/out --no-speed", 2,
          r"width pruning needs to prune embedding channels, which vitprune cannot do on timm-swin models; "
          r"--no-embed \(\"embed\": false in a chain file\) keeps the residual stream whole$"),

@@ -23,10 +23,12 @@ from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.layers import Gate
 from vitprune.linear import slice_linear
 
-#: What a family can have done to it, by name; each adapter lists the ones it supports in ``capabilities``.
+#: What a family can have done to it, by name; an adapter has the ones whose mixin (:data:`CAPABILITY_MIXINS`) it
+#: implements.
 CAPABILITIES: dict[str, str] = {
     "attention_removal": "remove attention sublayers",
     "activation_removal": "remove MLP activations and merge fc1·fc2",
+    "output_activation": "run an activation on a block's output",
     "ffn_width": "prune FFN neurons",
     "head_width": "prune heads and head dimensions",
     "value_width": "give each head its own number of value dimensions",
@@ -225,11 +227,23 @@ class ViTAdapter(ABC):
     #: Attribute names only the family's modules have (the views' own names, such as ``attn`` or ``fc1``, are
     #: not among them); nothing outside ``adapters/`` and the model factory reads them.
     family_attributes: frozenset[str] = frozenset()
-    #: The :data:`CAPABILITIES` this family supports.
+    #: Why the family lacks a capability, where a refusal should say (by capability name).
+    lacking_reasons: dict[str, str] = {}
+    #: The :data:`CAPABILITIES` this family supports: those whose mixin the adapter implements (set on the class;
+    #: a subclass may declare fewer, for a variant that supports less).
     capabilities: frozenset[str] = frozenset()
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        implemented = frozenset(name for name, mixin in CAPABILITY_MIXINS.items() if issubclass(cls, mixin))
+        declared = cls.__dict__.get("capabilities")
+        if declared is not None and not declared <= implemented:
+            raise TypeError(f"{cls.__name__} declares capabilities {sorted(declared - implemented)} without "
+                            "implementing their mixins")
+        cls.capabilities = implemented if declared is None else declared
 
     @classmethod
     @abstractmethod
@@ -252,18 +266,8 @@ class ViTAdapter(ABC):
 
     @property
     @abstractmethod
-    def embed_dim(self) -> int:
-        """Width of the residual stream."""
-
-    @property
-    @abstractmethod
     def num_prefix_tokens(self) -> int:
         """Tokens before the patch tokens: class, distillation and register tokens."""
-
-    @property
-    @abstractmethod
-    def grid_size(self) -> tuple[int, int]:
-        """Patch grid (rows, columns) at the model's input size."""
 
     @property
     @abstractmethod
@@ -287,22 +291,13 @@ class ViTAdapter(ABC):
         return False
 
     @property
+    @abstractmethod
     def num_features(self) -> int:
-        """Width of the features the classifier reads (:meth:`pre_logits`); the embedding width by default."""
-        return self.embed_dim
+        """Width of the features the classifier reads (:meth:`pre_logits`)."""
 
     def block_tokens(self, x: torch.Tensor) -> int:
         """Tokens (positions) in ``x``, a block's input: ``(B, tokens, C)`` by default."""
         return x.shape[1]
-
-    @abstractmethod
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
-        """The tokens entering the first block for ``images``: ``(B, C, H, W)`` in, ``(B, tokens, embed_dim)`` out."""
-
-    @abstractmethod
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
-        """The features the classifier reads, from the last block's output ``x`` (final norm and pooling):
-        ``pre_logits(images) == pool(blocks(embed(images)))``."""
 
     @property
     @abstractmethod
@@ -360,78 +355,12 @@ class ViTAdapter(ABC):
         too) by a new Linear reading the same features for ``num_classes`` classes."""
 
     @abstractmethod
-    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
-                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
-        """Install new attention projections in block ``index`` with ``num_heads`` heads of ``head_dim``
-        (``None``: unchanged); a new head dim gets the softmax scale ``head_dim**-0.5``. ``qkv`` has the form
-        of the block's :attr:`AttentionView.qkv` (as :meth:`QKV.select` returns). ``heads`` names which of the
-        block's current heads the projections hold, in order (``None``: all of them): a family whose heads own
-        parameters besides the projections (Swin's relative-position bias) keeps those of these heads."""
-
-    @abstractmethod
-    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-        """Install new MLP linears in block ``index`` (the hidden width may change).
-
-        ``fc2=None`` replaces the single Linear of an already merged MLP.
-        """
-
-    @abstractmethod
-    def merge_mlp(self, index: int, linear: nn.Linear) -> None:
-        """Replace the MLP of block ``index`` and the LayerScale after it by ``linear``, which already includes both.
-
-        Dropout between the two linears has no place left and goes; dropout after them stays.
-        """
-
-    @abstractmethod
-    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
-        """Remove the attention of block ``index``: its branch becomes ``x + norm(x)``, or just ``x`` for ``None``.
-
-        ``norm`` replaces both ``norm1`` and the LayerScale after the attention (the caller folds them).
-        """
-
-    @abstractmethod
     def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
         """Install ``norm`` as ``norm1`` (``position=1``) or ``norm2`` (``position=2``) of block ``index``."""
 
     @abstractmethod
-    def set_output_activation(self, index: int, act: nn.Module) -> None:
-        """Run ``act`` on the output of block ``index`` (``nn.Identity()`` removes it)."""
-
-    @abstractmethod
-    def set_attention_module(self, index: int, module: nn.Module) -> None:
-        """Install ``module`` as the attention of block ``index``: the unwrapped attention, or a gate around it."""
-
-    @abstractmethod
-    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
-        """Install heads of uneven value widths in block ``index``: ``qkv`` (the form of :attr:`AttentionView.qkv`)
-        holds every kept head's full query and key rows, then ``value_dims[h]`` value rows per head; ``proj``
-        reads the concatenated values."""
-
-    @abstractmethod
     def set_activation(self, index: int, act: nn.Module) -> None:
         """Install ``act`` as the MLP activation of block ``index`` (for instance a gate around the original)."""
-
-    @abstractmethod
-    def prune_embed_dims(self, keep: list[int]) -> None:
-        """Keep only the residual-stream channels ``keep`` (sorted) everywhere the stream is read or written.
-
-        That is the patch embedding and the prefix tokens, the position embedding, every block's
-        norms, the inputs of ``qkv`` and ``fc1`` and the outputs of ``proj`` and ``fc2`` (or of a
-        merged MLP), the LayerScales, the final norms and the classifier inputs.
-        """
-
-    @abstractmethod
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
-        """Make block ``index`` keep its prefix tokens and ``ceil(keep_rate · patches)`` patch tokens before its MLP.
-
-        Patches are ranked by ``alpha·log(intra) + (1−alpha)·log(prior)`` (intra: the head-averaged
-        [CLS] attention; prior: a per-position table, ones until a method sets it). ``adaptive``
-        keeps, per image, the fewest top patches holding ``keep_rate`` of the normalised score.
-        """
-
-    @abstractmethod
-    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
-        """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
 
     def set_drop_path(self, rate: float) -> Callable[[], None]:
         """Stochastic depth for training: block ``i`` of ``n`` drops each residual branch with probability
@@ -480,10 +409,117 @@ class ViTAdapter(ABC):
             raise ValueError(f"unknown capabilities {unknown} (known: {', '.join(CAPABILITIES)})")
         lacking = [name for name in needed if name not in self.capabilities]
         if lacking:
+            reasons = list(dict.fromkeys(self.lacking_reasons[n] for n in lacking if n in self.lacking_reasons))
             ways = [without[name] for name in lacking if name in without]
             raise UnsupportedArchitectureError(
                 f"{by} needs to {' and '.join(CAPABILITIES[name] for name in lacking)}, which vitprune cannot do on "
-                f"{self.family} models" + "".join(f"; {way}" for way in ways))
+                f"{self.family} models" + "".join(f": {reason}" for reason in reasons[:1])
+                + "".join(f"; {part}" for part in [*reasons[1:], *ways]))
+
+    def block(self, index: int) -> BlockView:
+        """One block by index."""
+        return self.blocks()[index]
+
+
+# --- capabilities: a family has one by implementing its mixin ------------------------------------------------------
+
+
+class AttentionRemoval(ABC):
+    """``attention_removal``: the attention slot of a block can be emptied, or wrapped (a gate that learns whether to
+    empty it)."""
+
+    @abstractmethod
+    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
+        """Remove the attention of block ``index``: its branch becomes ``x + norm(x)``, or just ``x`` for ``None``.
+
+        ``norm`` replaces both ``norm1`` and the LayerScale after the attention (the caller folds them).
+        """
+
+    @abstractmethod
+    def set_attention_module(self, index: int, module: nn.Module) -> None:
+        """Install ``module`` as the attention of block ``index``: the unwrapped attention, or a gate around it."""
+
+
+class ActivationRemoval(ABC):
+    """``activation_removal``: an MLP whose activation is gone merges into one Linear."""
+
+    @abstractmethod
+    def merge_mlp(self, index: int, linear: nn.Linear) -> None:
+        """Replace the MLP of block ``index`` and the LayerScale after it by ``linear``, which already includes both.
+
+        Dropout between the two linears has no place left and goes; dropout after them stays.
+        """
+
+
+class OutputActivation(ABC):
+    """``output_activation``: a block can run an activation on its output (the HetDPT code's GELU where a block lost
+    both sublayers, and HetDPT's learned removal)."""
+
+    @abstractmethod
+    def set_output_activation(self, index: int, act: nn.Module) -> None:
+        """Run ``act`` on the output of block ``index`` (``nn.Identity()`` removes it)."""
+
+
+class FFNWidth(ABC):
+    """``ffn_width``: an MLP's hidden neurons can be pruned."""
+
+    @abstractmethod
+    def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
+        """Install new MLP linears in block ``index`` (the hidden width may change).
+
+        ``fc2=None`` replaces the single Linear of an already merged MLP.
+        """
+
+
+class HeadWidth(ABC):
+    """``head_width``: heads and head dimensions can be pruned."""
+
+    @abstractmethod
+    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
+                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
+        """Install new attention projections in block ``index`` with ``num_heads`` heads of ``head_dim``
+        (``None``: unchanged); a new head dim gets the softmax scale ``head_dim**-0.5``. ``qkv`` has the form
+        of the block's :attr:`AttentionView.qkv` (as :meth:`QKV.select` returns). ``heads`` names which of the
+        block's current heads the projections hold, in order (``None``: all of them): a family whose heads own
+        parameters besides the projections (Swin's relative-position bias) keeps those of these heads."""
+
+
+class ValueWidth(ABC):
+    """``value_width``: heads can have value widths of their own."""
+
+    @abstractmethod
+    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
+        """Install heads of uneven value widths in block ``index``: ``qkv`` (the form of :attr:`AttentionView.qkv`)
+        holds every kept head's full query and key rows, then ``value_dims[h]`` value rows per head; ``proj``
+        reads the concatenated values."""
+
+
+class EmbedWidth(ABC):
+    """``embed_width``: the model has one residual-stream width, and its channels can be pruned."""
+
+    @property
+    @abstractmethod
+    def embed_dim(self) -> int:
+        """Width of the residual stream."""
+
+    @abstractmethod
+    def prune_embed_dims(self, keep: list[int]) -> None:
+        """Keep only the residual-stream channels ``keep`` (sorted) everywhere the stream is read or written.
+
+        That is the patch embedding and the prefix tokens, the position embedding, every block's
+        norms, the inputs of ``qkv`` and ``fc1`` and the outputs of ``proj`` and ``fc2`` (or of a
+        merged MLP), the LayerScales, the final norms and the classifier inputs.
+        """
+
+
+class TokenSequence(ABC):
+    """What token pruning and LRP read: the model is one sequence of tokens on one patch grid, from the embedding
+    through the blocks to the pooling (a staged family, whose stages change the grid, is not)."""
+
+    @property
+    @abstractmethod
+    def grid_size(self) -> tuple[int, int]:
+        """Patch grid (rows, columns) at the model's input size."""
 
     @property
     def num_patches(self) -> int:
@@ -496,6 +532,46 @@ class ViTAdapter(ABC):
         """Tokens entering the first block: prefix tokens plus patch tokens."""
         return self.num_prefix_tokens + self.num_patches
 
-    def block(self, index: int) -> BlockView:
-        """One block by index."""
-        return self.blocks()[index]
+    @abstractmethod
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """The tokens entering the first block for ``images``: ``(B, C, H, W)`` in, ``(B, tokens, embed_dim)`` out."""
+
+    @abstractmethod
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """The features the classifier reads, from the last block's output ``x`` (final norm and pooling):
+        ``pre_logits(images) == pool(blocks(embed(images)))``."""
+
+
+class TokenPruning(TokenSequence):
+    """``token_pruning``: blocks can drop patch tokens, ranked by the [CLS] token's attention."""
+
+    @abstractmethod
+    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
+        """Make block ``index`` keep its prefix tokens and ``ceil(keep_rate · patches)`` patch tokens before its MLP.
+
+        Patches are ranked by ``alpha·log(intra) + (1−alpha)·log(prior)`` (intra: the head-averaged
+        [CLS] attention; prior: a per-position table, ones until a method sets it). ``adaptive``
+        keeps, per image, the fewest top patches holding ``keep_rate`` of the normalised score.
+        """
+
+    @abstractmethod
+    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
+        """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
+
+
+class LRPRelevance(TokenSequence):
+    """``lrp``: LRP relevance propagates from the pooling back through the family's blocks as its views describe
+    them (STAR's prior); nothing to implement beyond the token sequence."""
+
+
+class Gates:
+    """``gates``: gates can be trained on the family's sublayers, heads and neurons through its views (HetDPT's
+    learned importance, HiAP); a family declares it by this base (nothing to implement)."""
+
+
+#: Each capability's mixin.
+CAPABILITY_MIXINS: dict[str, type] = {
+    "attention_removal": AttentionRemoval, "activation_removal": ActivationRemoval,
+    "output_activation": OutputActivation, "ffn_width": FFNWidth, "head_width": HeadWidth, "value_width": ValueWidth,
+    "embed_width": EmbedWidth, "token_pruning": TokenPruning, "lrp": LRPRelevance, "gates": Gates,
+}

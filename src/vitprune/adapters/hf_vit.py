@@ -26,7 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import (
+    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, EmbedWidth, FFNWidth, Gates, HeadWidth,
+    LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+)
 from vitprune.atomic import atomic_directory
 from vitprune.adapters.heads import merge_heads, split_heads
 from vitprune.adapters.tokens import TokenSelection, cls_attention_row, run_token_blocks
@@ -232,7 +235,8 @@ def _is_attention(module: nn.Module) -> bool:
     return type(module).__name__ in _ATTENTIONS or isinstance(module, HFVariableHeadAttention)
 
 
-class HFViTAdapter(ViTAdapter):
+class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth, HeadWidth, ValueWidth,
+                   EmbedWidth, TokenPruning, LRPRelevance, Gates):
     """transformers' ``ViTForImageClassification``, ``DeiTForImageClassification`` and
     ``DeiTForImageClassificationWithTeacher``, wrapped in :class:`HFImageClassifier`.
 
@@ -242,7 +246,6 @@ class HFViTAdapter(ViTAdapter):
     """
 
     family = "hf-vit"
-    capabilities = frozenset(CAPABILITIES)
     family_modules = ("transformers", "vitprune.adapters.hf_vit")
     family_attributes = frozenset({
         "layernorm_before", "layernorm_after", "q_proj", "k_proj", "v_proj", "o_proj", "activation_fn",
@@ -303,6 +306,10 @@ class HFViTAdapter(ViTAdapter):
     @property
     def embed_dim(self) -> int:
         return self._embeddings.cls_token.shape[-1]
+
+    @property
+    def num_features(self) -> int:
+        return self.embed_dim
 
     @property
     def num_classes(self) -> int:

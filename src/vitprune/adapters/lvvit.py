@@ -28,7 +28,7 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES, TokenHead
+from vitprune.adapters.base import TokenHead
 from vitprune.adapters.timm_vit import TimmViTAdapter
 
 #: The released configurations: LV-ViT-S and LV-ViT-M (width, depth, heads, MLP ratio 3, skip_lam 2).
@@ -121,7 +121,6 @@ class LVViTAdapter(TimmViTAdapter):
     logits, and relevance follows both paths)."""
 
     family = "lvvit"
-    capabilities = frozenset(CAPABILITIES)
     family_modules = ("vitprune.adapters.lvvit",)
     family_attributes = frozenset({"aux_head", "aux_weight", "skip_lam", "checkpoint_filter"})
 

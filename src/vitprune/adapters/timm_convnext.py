@@ -16,14 +16,13 @@ norm, which makes the mean shift inexact, is refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 import torch
 from timm.layers import LayerNorm2d, Mlp
 from timm.models.convnext import ConvNeXt, ConvNeXtBlock
 from torch import nn
 
-from vitprune.adapters.base import BlockView, MlpView
+from vitprune.adapters.base import ActivationRemoval, BlockView, FFNWidth, Gates, MlpView
 from vitprune.adapters.channels import reject, unwrap
 from vitprune.adapters.timm_staged import TimmStagedAdapter
 from vitprune.adapters.timm_vit import check_mlp, merge_mlp_linear
@@ -73,15 +72,13 @@ class LayerScaleView(nn.Module):
         return x * self.gamma
 
 
-class ConvNeXtAdapter(TimmStagedAdapter):
+class ConvNeXtAdapter(TimmStagedAdapter, ActivationRemoval, FFNWidth, Gates):
     """timm ``ConvNeXt`` whose blocks are ``ConvNeXtBlock`` with timm's channels-last Linear MLP."""
 
     family = "timm-convnext"
-    capabilities = frozenset({"activation_removal", "ffn_width", "gates"})
     family_modules = ("timm.models.convnext", "vitprune.adapters.timm_convnext")
     family_attributes = frozenset({"stages", "conv_dw", "use_conv_mlp", "norm_pre"})
     stages_attribute = "stages"
-    width_changes = "it changes stage by stage"
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -132,18 +129,8 @@ class ConvNeXtAdapter(TimmStagedAdapter):
                 drop_path2=block.drop_path, act=nn.Identity()))
         return views
 
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        raise self._lacks("tokens")
-
     def block_tokens(self, x: torch.Tensor) -> int:
         return x.shape[-2] * x.shape[-1]  # channels-first (B, C, H, W)
-
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
-        raise self._lacks("tokens")
-
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
-        raise self._lacks("tokens")
 
     @property
     def stem(self) -> nn.Module:
@@ -158,25 +145,3 @@ class ConvNeXtAdapter(TimmStagedAdapter):
         if position != 2:
             raise ValueError(f"block {index} has only the norm before its MLP (position 2), not position {position}")
         self._block(index)[1].norm = norm
-
-    def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
-                      head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
-        raise self._lacks("attention")
-
-    def remove_attention(self, index: int, norm: nn.Module | None) -> None:
-        raise self._lacks("attention")
-
-    def set_attention_module(self, index: int, module: nn.Module) -> None:
-        raise self._lacks("attention")
-
-    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
-        raise self._lacks("attention")
-
-    def set_output_activation(self, index: int, act: nn.Module) -> None:
-        raise self._lacks("output activation to set: its blocks keep their form")
-
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
-        raise self._lacks("tokens")
-
-    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
-        raise self._lacks("tokens")

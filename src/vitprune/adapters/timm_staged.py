@@ -9,7 +9,6 @@ from torch import nn
 
 from vitprune.adapters.base import ViTAdapter
 from vitprune.adapters.timm_vit import TimmModel, set_mlp_activation, set_mlp_linears
-from vitprune.errors import UnsupportedArchitectureError
 
 
 class TimmStagedAdapter(TimmModel, ViTAdapter):
@@ -17,8 +16,6 @@ class TimmStagedAdapter(TimmModel, ViTAdapter):
 
     #: The model's attribute holding the stages (ConvNeXt's ``stages``, Swin's ``layers``).
     stages_attribute: str = ""
-    #: Why the family has no single embedding width, as its refusals say.
-    width_changes: str = ""
 
     def _blocks(self) -> list[tuple[str, nn.Module]]:
         stages = getattr(self.model, self.stages_attribute)
@@ -31,16 +28,6 @@ class TimmStagedAdapter(TimmModel, ViTAdapter):
         if not 0 <= index < len(blocks):
             raise IndexError(f"block {index} out of range: the model has {len(blocks)} blocks")
         return blocks[index]
-
-    def _lacks(self, what: str) -> UnsupportedArchitectureError:
-        return UnsupportedArchitectureError(f"{self.family} models have no {what}")
-
-    @property
-    def embed_dim(self) -> int:
-        raise self._lacks(f"single embedding width: {self.width_changes}")
-
-    def prune_embed_dims(self, keep: list[int]) -> None:
-        raise self._lacks(f"single embedding width: {self.width_changes}")
 
     @property
     def num_prefix_tokens(self) -> int:

@@ -17,17 +17,19 @@ widths (so HiAP does not gate value dimensions) are refused in one line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock, WindowAttention
 from torch import nn
 
-from vitprune.adapters.base import QKV, AttentionView, BlockView, MlpView
+from vitprune.adapters.base import (
+    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, FFNWidth, Gates, HeadWidth, MlpView,
+    OutputActivation,
+)
 from vitprune.adapters.channels import reject, slice_parameter, unwrap
 from vitprune.adapters.timm_staged import TimmStagedAdapter
 from vitprune.adapters.timm_vit import check_blocks, merge_mlp_linear, set_prenorm
-from vitprune.errors import UnsupportedArchitectureError
 
 
 class SwinDepthBlock(nn.Module):
@@ -75,16 +77,17 @@ def _check_attention(path: str, attn: nn.Module | None) -> None:
         raise reject(path, attn, "only timm's WindowAttention is supported")
 
 
-class SwinAdapter(TimmStagedAdapter):
+class SwinAdapter(TimmStagedAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth, HeadWidth,
+                  Gates):
     """timm ``SwinTransformer`` whose blocks are ``SwinTransformerBlock`` (or what depth surgery leaves of one)."""
 
     family = "timm-swin"
-    capabilities = frozenset({"attention_removal", "activation_removal", "ffn_width", "head_width", "gates"})
     family_modules = ("timm.models.swin_transformer", "vitprune.adapters.timm_swin")
     family_attributes = frozenset({"relative_position_bias_table", "relative_position_index", "downsample",
                                    "shift_size", "window_area", "input_resolution", "reduction"})
     stages_attribute = "layers"
-    width_changes = "patch merging doubles it stage by stage"
+    lacking_reasons = {name: "Swin has no [CLS] token to rank tokens by (it averages its last stage's tokens)"
+                       for name in ("token_pruning", "lrp")}
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
@@ -93,15 +96,6 @@ class SwinAdapter(TimmStagedAdapter):
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
         return isinstance(model, SwinTransformer)
-
-    def require(self, *needed: str, by: str, without: Mapping[str, str] = {}) -> None:
-        try:
-            super().require(*needed, by=by, without=without)
-        except UnsupportedArchitectureError as exc:
-            if not {"token_pruning", "lrp"} & set(needed):
-                raise
-            raise UnsupportedArchitectureError(f"{exc}: Swin has no [CLS] token to rank tokens by (it averages its "
-                                               "last stage's tokens)") from None
 
     def blocks(self) -> list[BlockView]:
         views = []
@@ -124,18 +118,8 @@ class SwinAdapter(TimmStagedAdapter):
                 act=block.act if isinstance(block, SwinDepthBlock) else nn.Identity()))
         return views
 
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        raise self._lacks("single token grid: patch merging halves it stage by stage")
-
     def block_tokens(self, x: torch.Tensor) -> int:
         return x.shape[1] * x.shape[2]  # channels-last (B, H, W, C)
-
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
-        raise self._lacks("single token sequence: patch merging runs between its stages")
-
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
-        raise self._lacks("single token sequence: patch merging runs between its stages")
 
     @property
     def stem(self) -> nn.Module:
@@ -207,13 +191,3 @@ class SwinAdapter(TimmStagedAdapter):
         if block.attn is None:
             raise ValueError(f"{name} has no attention")
         block.attn = module
-
-    def set_value_dims(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, value_dims: list[int]) -> None:
-        raise self._lacks("heads of uneven value widths: its window attention runs every head at one width")
-
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
-        raise self._lacks("[CLS] token to rank its tokens by")
-
-    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
-        raise self._lacks("[CLS] token to rank its tokens by")
-

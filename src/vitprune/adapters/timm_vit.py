@@ -11,7 +11,10 @@ from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
-from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, ViTAdapter
+from vitprune.adapters.base import (
+    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, EmbedWidth, FFNWidth, Gates, HeadWidth,
+    LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+)
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
 from vitprune.adapters.channels import (parameters_named, reject, slice_conv_outputs, slice_norm, slice_parameter,
@@ -133,7 +136,8 @@ def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None
     slice_parameter(ls, "gamma", 0, keep)
 
 
-class TimmViTAdapter(TimmModel, ViTAdapter):
+class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth,
+                     HeadWidth, ValueWidth, EmbedWidth, TokenPruning, LRPRelevance, Gates):
     """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
 
     Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`, and so does
@@ -142,7 +146,6 @@ class TimmViTAdapter(TimmModel, ViTAdapter):
     """
 
     family = "timm-vit"
-    capabilities = frozenset(CAPABILITIES)
     family_modules = ("timm.models", "timm.layers", "vitprune.adapters.timm_vit", "vitprune.adapters.timm_blocks")
     family_attributes = frozenset({
         "patch_embed", "cls_token", "dist_token", "reg_token", "num_reg_tokens", "pos_embed", "pos_drop",
@@ -194,6 +197,10 @@ class TimmViTAdapter(TimmModel, ViTAdapter):
     @property
     def embed_dim(self) -> int:
         return self.model.embed_dim
+
+    @property
+    def num_features(self) -> int:
+        return self.embed_dim
 
     def set_distillation_split(self, on: bool) -> bool:
         if not hasattr(self.model, "set_distilled_training"):  # timm's distilled DeiT has it

@@ -16,10 +16,12 @@ IDENTITY_HELP = "What a removed attention leaves: norm = x + LN1(x) (HetDPT's co
 OUTPUT_GELU_HELP = "Compatibility: GELU after blocks that lost both layers, as HetDPT's code does."
 
 
-def depth_requirements(attention: Sequence[int], activation: Sequence[int]) -> tuple[str, ...]:
-    """What removing the attention of blocks ``attention`` and the activation of blocks ``activation`` needs of a
-    model's family."""
-    return (*(["attention_removal"] if attention else []), *(["activation_removal"] if activation else []))
+def depth_requirements(attention: Sequence[int], activation: Sequence[int],
+                       output_gelu: bool = False) -> tuple[str, ...]:
+    """What removing the attention of blocks ``attention`` and the activation of blocks ``activation`` (with
+    ``output_gelu``, a GELU on the output of the blocks that lose both) needs of a model's family."""
+    return (*(["attention_removal"] if attention else []), *(["activation_removal"] if activation else []),
+            *(["output_activation"] if output_gelu else []))
 
 
 __all__ = ["ATTENTION_IDENTITIES", "IDENTITY_HELP", "OUTPUT_GELU_HELP", "depth_requirements"]

@@ -64,6 +64,7 @@ def remove_attention(model: nn.Module, block: int, identity: str = "norm") -> No
     if identity not in ATTENTION_IDENTITIES:
         raise ValueError(f"unknown attention identity {identity!r} (choose from: {', '.join(ATTENTION_IDENTITIES)})")
     adapter = get_adapter(model)
+    adapter.require("attention_removal", by="attention removal")
     view = adapter.block(block)
     if view.attn is None:
         raise ValueError(f"block {block} has no attention to remove")
@@ -81,6 +82,7 @@ def remove_activation(model: nn.Module, block: int, fold_norm: bool = False, mer
     :func:`merge_mlp`). ``fold_norm`` is :func:`merge_mlp`'s.
     """
     adapter = get_adapter(model)
+    adapter.require("activation_removal", by="activation removal")
     if not adapter.block(block).mlp.has_activation:
         raise ValueError(f"block {block} has no activation left to remove")
     if fold_norm and not merge:
@@ -98,6 +100,7 @@ def merge_mlp(model: nn.Module, block: int, fold_norm: bool = False) -> None:
     parameter-free LayerNorm before it.
     """
     adapter = get_adapter(model)
+    adapter.require("activation_removal", by="merging fc1·fc2")
     mlp = adapter.block(block).mlp
     if mlp.merged or mlp.has_activation:
         raise ValueError(f"block {block} has no activation-free MLP left to merge")
@@ -132,6 +135,7 @@ def add_output_activation(model: nn.Module, block: int, act: str = "gelu") -> No
     if act not in _OUTPUT_ACTIVATIONS:
         raise ValueError(f"unknown output activation {act!r} (choose from: {', '.join(_OUTPUT_ACTIVATIONS)})")
     adapter = get_adapter(model)
+    adapter.require("output_activation", by="an output activation")
     if not isinstance(adapter.block(block).act, nn.Identity):
         raise ValueError(f"block {block} already has an output activation")
     adapter.set_output_activation(block, _OUTPUT_ACTIVATIONS[act]())
@@ -190,7 +194,7 @@ def prune_depth(model: nn.Module, attention: Sequence[int] = (), activation: Seq
     if identity not in ATTENTION_IDENTITIES:
         raise VitpruneError(f"unknown attention identity {identity!r} "
                             f"(choose from: {', '.join(ATTENTION_IDENTITIES)})")
-    get_adapter(model).require(*depth_requirements(attention, activation), by="depth pruning")
+    get_adapter(model).require(*depth_requirements(attention, activation, output_gelu), by="depth pruning")
     attention, activation = check_depth_layers(model, attention, activation)
     for i in attention:
         remove_attention(model, i, identity=identity)

@@ -74,6 +74,7 @@ def prune_attention_dims(model: nn.Module, block: int, heads: Sequence[int],
     branch is ``proj``'s bias alone, as gating every head (HiAP Eq. 1) leaves it.
     """
     adapter, attn = _uniform_attention(model, block, "prune_attention_dims")
+    adapter.require("value_width", by="value-width pruning")
     heads = check_indices(heads, attn.num_heads, f"block {block} heads", allow_empty=True)
     if len(value_dims) != len(heads):
         raise ValueError(f"block {block}: {len(value_dims)} value-dimension lists for {len(heads)} kept heads")
@@ -92,6 +93,7 @@ def prune_mlp_neurons(model: nn.Module, block: int, keep: Sequence[int]) -> None
     With none kept the MLP outputs ``fc2``'s bias alone, for every token.
     """
     adapter = get_adapter(model)
+    adapter.require("ffn_width", by="neuron pruning")
     mlp = adapter.block(block).mlp
     if mlp.merged:
         raise ValueError(f"block {block} has no MLP hidden neurons to prune")
@@ -109,6 +111,7 @@ def prune_embed_dims(model: nn.Module, keep: Sequence[int]) -> None:
     the kept channels only; keeping all channels changes nothing.
     """
     adapter = get_adapter(model)
+    adapter.require("embed_width", by="embedding pruning")
     if any(v.attn is not None and v.attn.gate is not None or v.mlp.gate is not None for v in adapter.blocks()):
         raise ValueError("embedding channels cannot be pruned while depth gates are in place")
     adapter.prune_embed_dims(check_indices(keep, adapter.embed_dim, "embedding channels"))

@@ -25,7 +25,7 @@ class DepthConfig:
     @property
     def requires(self) -> tuple[str, ...]:
         """What removing these layers needs of a model's family."""
-        return depth_requirements(self.attention, self.activation)
+        return depth_requirements(self.attention, self.activation, self.output_gelu)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -20,7 +20,7 @@ INTERLEAVED_ORDERS: dict[str, tuple[str, str]] = {
 
 
 #: What HetDPT needs of a model's family (:data:`vitprune.adapters.CAPABILITIES`).
-REQUIRES = ("attention_removal", "activation_removal", "gates")
+REQUIRES = ("attention_removal", "activation_removal", "output_activation", "gates")
 
 
 @dataclass

@@ -96,8 +96,9 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         try:
             check_lrp(model)
         except UnsupportedArchitectureError as exc:
-            raise UnsupportedArchitectureError(f"{exc}; --alpha 1 ranks tokens by the online [CLS] attention alone, "
-                                               "without the LRP prior") from None
+            raise UnsupportedArchitectureError(f"{exc}; --attention-weight 1 (alpha 1 in a chain "
+                                               "file) ranks tokens by the online [CLS] attention alone, without the "
+                                               "LRP prior") from None
     run_dir = prepare_run_dir(run_dir, resume, start=model, seed=config.seed)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device)
