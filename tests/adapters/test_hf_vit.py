@@ -13,7 +13,7 @@ import transformers
 from conftest import HF_TINY, build, tracked
 
 import vitprune
-from vitprune.adapters import HFImageClassifier, HFViTAdapter, get_adapter, hf_vit
+from vitprune.adapters import HFImageClassifier, HFViTAdapter, get_adapter, hf
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_depth, prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
@@ -68,7 +68,7 @@ def test_uniform_width_pruning_is_written_back_as_a_plain_transformers_directory
         prune_head_dims(model, block, list(range(0, 16, 2)))
         prune_mlp_neurons(model, block, list(range(0, 256, 4)))
     prune_embed_dims(model, list(range(48)))
-    hf_vit.save_pretrained(model, tmp_path / "plain")
+    hf.save_pretrained(model, tmp_path / "plain")
     loaded = getattr(transformers, name.removeprefix("hf:")).from_pretrained(tmp_path / "plain").eval()
     config = loaded.config
     assert (config.hidden_size, config.num_attention_heads, config.head_dim, config.intermediate_size) == (48, 3, 8, 64)
@@ -88,14 +88,14 @@ def test_what_a_transformers_config_cannot_describe_is_refused(tmp_path):
                                  r"pruning\)")]:
         with pytest.raises(VitpruneError, match=f"^transformers cannot describe {why} in a config: save the model "
                                                 r"with vitprune \(recipe and weights\) or export it to ONNX$"):
-            hf_vit.save_pretrained(model, tmp_path / "plain")
+            hf.save_pretrained(model, tmp_path / "plain")
     assert not (tmp_path / "plain").exists()
 
 
 def test_a_missing_transformers_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)
     with pytest.raises(VitpruneError, match=r"need the transformers package: pip install 'vitprune\[hf\]'"):
-        hf_vit.from_config("ViTForImageClassification", {})
+        hf.from_config("ViTForImageClassification", {})
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, TokenHead, ViTAdapter
-from vitprune.adapters.hf_vit import HFImageClassifier, HFViTAdapter
+from vitprune.adapters.hf import HFImageClassifier, HFViTAdapter
 from vitprune.adapters.lvvit import LVViTAdapter
 from vitprune.adapters.timm_convnext import ConvNeXtAdapter
 from vitprune.adapters.timm_swin import SwinAdapter

@@ -14,7 +14,7 @@ import timm
 import torch
 from torch import nn
 
-from vitprune.adapters import find_adapter, hf_vit, prepare_model
+from vitprune.adapters import find_adapter, hf, prepare_model
 from vitprune.adapters.lvvit import LVVIT_CONFIGS, build_lvvit
 from vitprune.errors import RecipeError, VitpruneError, first_line
 from vitprune.models.cluttered_mnist import build_cluttered_mnist_vit
@@ -50,7 +50,7 @@ def _build_own(base: BaseModel) -> nn.Module:
 
 
 def _build_hf(base: BaseModel) -> nn.Module:
-    return hf_vit.from_config(base.name, **base.kwargs)
+    return hf.from_config(base.name, **base.kwargs)
 
 
 register_base("timm", _build_timm)
@@ -171,7 +171,7 @@ def load_checkpoint(model: nn.Module, checkpoint: str | os.PathLike) -> str:
 def from_transformers(model: nn.Module) -> nn.Module:
     """A transformers ViT or DeiT classifier already in memory, as a vitprune model: wrapped so that it returns
     logits, with a fresh recipe (its weights are the user's), so that it can be pruned and saved."""
-    return _track_hf(hf_vit.HFImageClassifier(model), "user").train(model.training)
+    return _track_hf(hf.HFImageClassifier(model), "user").train(model.training)
 
 
 def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | os.PathLike | None) -> nn.Module:
@@ -182,15 +182,15 @@ def _create_hf(source: str, *, local: bool, pretrained: bool, checkpoint: str | 
     if not local:
         settle_offline_mode()
     if pretrained:
-        model = hf_vit.from_pretrained(source, local_files_only=local)
+        model = hf.from_pretrained(source, local_files_only=local)
     else:
-        model = hf_vit.from_config(*hf_vit.load_config(source, local_files_only=local))
+        model = hf.from_config(*hf.load_config(source, local_files_only=local))
     return _track_hf(model, (_HF_DIR if local else HF_PREFIX) + source if pretrained else "random").eval()
 
 
 def _track_hf(model: nn.Module, weights: str) -> nn.Module:
     """``model`` (wrapped) with a fresh recipe whose base rebuilds it from its transformers config."""
-    architecture, kwargs = hf_vit.config_dict(model)
+    architecture, kwargs = hf.config_dict(model)
     set_recipe(model, Recipe(base=BaseModel(source="hf", name=architecture, kwargs=kwargs, weights=weights)))
     return model
 

@@ -1,5 +1,5 @@
-"""LV-ViT (Jiang et al., "All Tokens Matter: Token Labeling for Training Better Vision Transformers", NeurIPS 2021)
-and its adapter.
+"""LV-ViT's model (Jiang et al., "All Tokens Matter: Token Labeling for Training Better Vision Transformers",
+NeurIPS 2021).
 
 LV-ViT is a ViT with three differences, each mapped onto timm's ``VisionTransformer`` so that every timm-ViT
 edit applies unchanged:
@@ -28,8 +28,6 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from vitprune.adapters.base import TokenHead
-from vitprune.adapters.timm_vit import TimmViTAdapter
 
 #: The released configurations: LV-ViT-S and LV-ViT-M (width, depth, heads, MLP ratio 3, skip_lam 2).
 LVVIT_CONFIGS: dict[str, dict[str, Any]] = {
@@ -113,38 +111,3 @@ def build_lvvit(name: str, **kwargs: Any) -> LVViT:
     model.pretrained_cfg = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bicubic",
                             "crop_pct": _CROP_PCT[name], "input_size": (3, *model.patch_embed.img_size)}
     return model
-
-
-class LVViTAdapter(TimmViTAdapter):
-    """LV-ViT: timm's ViT adapter, with the convolutional stem's input and the token-labelling head (a
-    :class:`~vitprune.adapters.base.TokenHead`: its maximum over the patch tokens, halved, adds to the class head's
-    logits, and relevance follows both paths)."""
-
-    family = "lvvit"
-    family_modules = ("vitprune.adapters.lvvit",)
-    family_attributes = frozenset({"aux_head", "aux_weight", "skip_lam", "checkpoint_filter"})
-
-    @classmethod
-    def matches(cls, model: nn.Module) -> bool:
-        return isinstance(model, LVViT)
-
-    def checkpoint_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return self.model.checkpoint_filter(state)
-
-    @property
-    def input_size(self) -> tuple[int, int, int]:
-        pe = self.model.patch_embed
-        return (pe.conv1.in_channels, *pe.img_size)
-
-    @property
-    def token_head(self) -> TokenHead | None:
-        aux = self.model.aux_head
-        return None if aux is None else TokenHead(aux, self.model.aux_weight)
-
-    def patch_features(self, x: torch.Tensor) -> torch.Tensor:
-        if self.model.aux_head is None:
-            return super().patch_features(x)
-        return self.model.norm(x)[:, self.num_prefix_tokens:]
-
-    def classifier_heads(self) -> list[nn.Module]:
-        return super().classifier_heads() + ([self.model.aux_head] if self.model.aux_head is not None else [])
