@@ -119,6 +119,15 @@ def write_json(target: str | os.PathLike, data: Any) -> Path:
     return Path(target)
 
 
+def parse_json(path: Path, what: str, error: type[VitpruneError] = VitpruneError) -> Any:
+    """The JSON document in ``path``, a file given to vitprune (``what`` names it); one that is not JSON is one line
+    (an ``error``)."""
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise error(f"{what} {path} is not valid JSON: {exc}") from None
+
+
 def read_json(source: str | os.PathLike) -> Any:
     """Read back a JSON file a run wrote; an unreadable one is a one-line error that says how to recover."""
     try:

@@ -117,7 +117,7 @@ def received(monkeypatch):
     monkeypatch.setattr("vitprune.models.resolve_model", lambda *a, **k: None)
     monkeypatch.setattr("vitprune.cli.methods.show_edit", lambda *a, **k: None)
     for module in (chain, prune):
-        monkeypatch.setattr(module, "run_chain_command", lambda model, steps, **k: calls.update(steps=steps))
+        monkeypatch.setattr(module, "run_chain_command", lambda model, steps, run, **k: calls.update(steps=steps))
     return calls
 
 

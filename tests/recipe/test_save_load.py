@@ -176,7 +176,7 @@ def test_edit_that_does_not_apply(saved):
 
 def test_corrupt_recipe(saved):
     (saved / RECIPE_FILE).write_text("{not json")
-    with pytest.raises(RecipeError, match="corrupt recipe"):
+    with pytest.raises(RecipeError, match="recipe .*recipe.json is not valid JSON"):
         vitprune.load(saved)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import nn
 
 from vitprune.adapters.base import CAPABILITIES, QKV, AttentionView, BlockView, MlpView, TokenHead, ViTAdapter
@@ -35,10 +37,13 @@ def prepare_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def get_adapter(model: nn.Module) -> ViTAdapter:
-    """The adapter for ``model``; raises :class:`UnsupportedArchitectureError` if no family matches."""
+def get_adapter(model: nn.Module, *, needs: Sequence[str] = (), by: str = "") -> ViTAdapter:
+    """The adapter for ``model``; raises :class:`UnsupportedArchitectureError` if no family matches, or if the family
+    lacks a capability ``by`` (an edit, a method) ``needs`` (:meth:`ViTAdapter.require`)."""
     adapter = find_adapter(model)
     if adapter is not None:
+        if needs:
+            adapter.require(*needs, by=by)
         return adapter
     families = ", ".join(cls.family for cls in ADAPTERS)
     raise UnsupportedArchitectureError(

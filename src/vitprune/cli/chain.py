@@ -3,17 +3,17 @@ runner ``vitprune prune hetdpt+`` shares)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
-from vitprune.cli.options import DataSource, ModelSource, RunOutput, distributed, load_inputs, run_groups
+from vitprune.cli.options import RunInputs, distributed, load_inputs, run_groups
 from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig
 from vitprune.methods.hetdpt.config import HetDPTBudget, preset_for
 
 
@@ -25,40 +25,37 @@ def chain(
     model: str = typer.Argument(..., help=MODEL_HELP),
     steps: Path = typer.Option(..., "--steps", help='Chain file (JSON): a list of steps such as {"method": "depth", '
                                                      '"attention": [0, 3]}; see docs/recipes.md.'),
-    data: DataSource = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: chain.json, steps/NN-METHOD/, model/, report.json."),
     hetdpt: HetDPTBudget = ...,
     onnx: bool = typer.Option(True, "--onnx/--no-onnx", help="Check that the final model exports to ONNX."),
-    source: ModelSource = ...,
     seed: int = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights and of every step that "
                                                "takes a seed and names none in the chain file."),
-    speed: SpeedConfig = ...,
-    output: RunOutput = ...,
+    run: RunInputs = ...,
 ) -> None:
     """Run a chain of methods (depth, hetdpt, width, vbp, star, hiap, finetune) in order; check and time the result."""
     from vitprune.cli.render import render_chain
     from vitprune.methods.chain import load_chain, seeded
 
-    run_chain_command(model, seeded(load_chain(steps), seed), source=source, data=data, out=out,
-                      preset=hetdpt.preset, onnx=onnx, seed=seed, speed=speed, output=output, render=render_chain)
+    run_chain_command(model, seeded(load_chain(steps), seed), run, out=out, preset=hetdpt.preset, onnx=onnx, seed=seed,
+                      render=render_chain)
 
 
-def run_chain_command(model: str, steps: list, *, source: ModelSource, data: DataSource, out: Path,
-                      preset: Optional[str], onnx: bool, seed: int, speed: SpeedConfig, output: RunOutput,
-                      render) -> None:
+def run_chain_command(model: str, steps: list, run: RunInputs, *, out: Path, preset: Optional[str], onnx: bool,
+                      seed: int, render: Callable[[str, Any], None]) -> None:
     """Load MODEL (random weights drawn under ``seed``) and --data (with the calibration images VBP and STAR steps
     use), run ``steps`` into --out and show the report through ``render``."""
     from vitprune.consistency import failed_checks
     from vitprune.methods.chain import check_chain, run_chain
 
-    preset = preset_for(preset, data.data)
+    preset = preset_for(preset, run.data.data)
     check_chain(steps, preset)  # before the data loads
-    ctx = distributed(source.device)
-    dense, sets = load_inputs(model, source, data, seed=seed, splits=("train", "val", "calibration"))
+    ctx = distributed(run.source.device)
+    output = run.output
+    dense, sets = load_inputs(model, run.source, run.data, seed=seed, splits=("train", "val", "calibration"))
     report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
                        device=ctx.device, progress=not output.json and ctx.is_main, resume=output.resume,
                        log=(lambda _m: None) if output.json else err_console.print,
-                       preset=preset, speed=speed, onnx=onnx, dist=ctx)
+                       preset=preset, speed=run.speed, onnx=onnx, dist=ctx)
     show_report(model, report, render, output.json)
     if not report.consistency["ok"]:
         failed = ", ".join(failed_checks(report.consistency))

@@ -207,6 +207,33 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
     return decorate
 
 
+def bundle(param: str, build: Callable[..., Any], parts: Iterable[str]) -> Callable[[F], F]:
+    """Give a typer command the parameters ``parts`` in place of its parameter ``param`` (each then given its options
+    by a decorator applied after this one, such as :func:`config_options`), and call it with ``param`` set to
+    ``build(**parts)``: several groups reach the command as one value."""
+    parts = tuple(parts)
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        parameters: list[inspect.Parameter] = []
+        for parameter in signature.parameters.values():
+            if parameter.name == param:
+                parameters += [inspect.Parameter(name, parameter.kind, default=...) for name in parts]
+            else:
+                parameters.append(parameter)
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            bundled = build(**{name: kwargs.pop(name) for name in parts})
+            return command(**kwargs, **{param: bundled})
+
+        run.__signature__ = signature.replace(parameters=parameters)
+        run.__annotations__ = {p.name: p.annotation for p in parameters if p.annotation is not p.empty}
+        return typing.cast(F, run)
+
+    return decorate
+
+
 def option(config_cls: type, name: str, *, required: bool = False) -> Any:
     """The typer option of ``config_cls``'s field ``name`` on its own, for a command that takes that field as a plain
     parameter (``required``: the command line must name it): the same flags, default and help as the field's option
@@ -216,4 +243,4 @@ def option(config_cls: type, name: str, *, required: bool = False) -> Any:
                            required=required).default
 
 
-__all__ = ["PRESET_DEFAULT", "config_options", "option", "option_defaults"]
+__all__ = ["PRESET_DEFAULT", "bundle", "config_options", "option", "option_defaults"]

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import typer
 
-from vitprune.cli.config_options import config_options, option
+from vitprune.cli.config_options import bundle, config_options, option
 from vitprune.config import setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
-from vitprune.training.presets import FinetuneOptions
+from vitprune.training.presets import FinetuneOptions  # noqa: F401  (the fine-tune group, beside the recipes it changes)
 from vitprune.surgery import IDENTITY_HELP
 
 if TYPE_CHECKING:
@@ -85,12 +85,23 @@ class ModelOutput:
     json: bool = setting(False, flag="--json", help=_JSON_HELP)
 
 
+@dataclass
+class RunInputs:
+    """The shared groups of a command that runs a method on data into a run directory, as one value."""
+
+    source: ModelSource
+    data: DataSource
+    speed: SpeedConfig
+    output: RunOutput
+
+
 def run_groups(command: F) -> F:
-    """``command`` with the groups of a command that runs a method on data into a run directory: ``source``
-    (:class:`ModelSource`), ``data`` (:class:`DataSource`, --data required), ``speed`` (:class:`SpeedConfig`) and
-    ``output`` (:class:`RunOutput`)."""
+    """``command`` with the groups of a command that runs a method on data into a run directory, given to its
+    parameter ``run`` as one :class:`RunInputs`: ``source`` (:class:`ModelSource`), ``data`` (:class:`DataSource`,
+    --data required), ``speed`` (:class:`SpeedConfig`) and ``output`` (:class:`RunOutput`)."""
     groups = [config_options(ModelSource, param="source"), config_options(DataSource, param="data", required=("data",)),
               config_options(SpeedConfig, param="speed", prefix="speed_"), config_options(RunOutput, param="output")]
+    command = bundle("run", RunInputs, ("data", "source", "speed", "output"))(command)
     for group in reversed(groups):
         command = group(command)
     return command

@@ -11,10 +11,9 @@ import typer
 
 from vitprune.cli.app import MODEL_HELP
 from vitprune.cli.chain import run_chain_command
-from vitprune.cli.config_options import config_options
+from vitprune.cli.config_options import bundle, config_options
 from vitprune.cli.methods import prune_app, run_method
-from vitprune.cli.options import DataSource, ModelSource, RunOutput, run_groups
-from vitprune.measure import SpeedConfig
+from vitprune.cli.options import DataSource, RunInputs, run_groups
 from vitprune.methods.hetdpt.config import HetDPTBudget, HetDPTConfig, StageOverrides, preset_for
 from vitprune.methods.width.config import WidthConfig
 
@@ -26,10 +25,12 @@ _PLUS_WIDTH = ("target_macs", "convention", "importance", "heads", "head_dims", 
 
 
 def _hetdpt_groups(budget: Iterable[str] | None = None, config: Iterable[str] | None = None) -> Callable[[F], F]:
-    """The groups of a HetDPT command: :func:`run_groups`, the budget (``choice``, its fields ``budget``), and the
-    changes to the preset's settings: ``config`` (HetDPTConfig's fields ``config``) and ``stages``."""
+    """The groups of a HetDPT command: :func:`run_groups`, the budget (``choice``, its fields ``budget``), and
+    ``changes``, the options named of HetDPTConfig's fields ``config`` and of the stages' shortcuts: what the command
+    changes of the preset's settings."""
 
     def decorate(command: F) -> F:
+        command = bundle("changes", lambda stages, config: {**stages, **config}, ("stages", "config"))(command)
         command = config_options(StageOverrides, param="stages", overrides=True)(command)
         command = config_options(HetDPTConfig, fields=config, overrides=True)(command)
         return run_groups(config_options(HetDPTBudget, param="choice", fields=budget)(command))
@@ -49,14 +50,10 @@ def _settings(choice: HetDPTBudget, data: DataSource, changes: dict[str, Any]) -
 @_hetdpt_groups()
 def hetdpt(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: DataSource = ...,
     choice: HetDPTBudget = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: stage results, fine-tuning run, model/, report."),
-    stages: dict = ...,
-    config: dict = ...,
-    source: ModelSource = ...,
-    speed: SpeedConfig = ...,
-    output: RunOutput = ...,
+    changes: dict = ...,
+    run: RunInputs = ...,
 ) -> None:
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
     from vitprune.methods.base import get_method
@@ -64,9 +61,9 @@ def hetdpt(
     from vitprune.methods.hetdpt.pipeline import parse_split
 
     split = parse_split(choice.split)
-    _, settings, seed = _settings(choice, data, {**stages, **config})
+    _, settings, seed = _settings(choice, run.data, changes)
     run_method(get_method("hetdpt"), model, HetDPTRun(choice.budget, split, settings, choice.predictor), out=out,
-               source=source, data=data, speed=speed, output=output, seed=seed)
+               source=run.source, data=run.data, speed=run.speed, output=run.output, seed=seed)
 
 
 @prune_app.command("hetdpt+")
@@ -74,15 +71,11 @@ def hetdpt(
 @config_options(WidthConfig, param="width", fields=_PLUS_WIDTH, required=("target_macs",))
 def hetdpt_plus(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: DataSource = ...,
     choice: HetDPTBudget = ...,
-    out: Path = typer.Option(..., "--out", help="Run directory: steps/ (hetdpt, width, finetune), model/, report."),
     width: WidthConfig = ...,
-    stages: dict = ...,
-    config: dict = ...,
-    source: ModelSource = ...,
-    speed: SpeedConfig = ...,
-    output: RunOutput = ...,
+    out: Path = typer.Option(..., "--out", help="Run directory: steps/ (hetdpt, width, finetune), model/, report."),
+    changes: dict = ...,
+    run: RunInputs = ...,
 ) -> None:
     """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
     recovered model (Isomorphic Pruning) to --macs, then the width recovery fine-tune; both fine-tunes distil from
@@ -93,13 +86,11 @@ def hetdpt_plus(
     from vitprune.methods.chain import hetdpt_plus_steps
 
     width.validate()
-    hetdpt = {**stages, **config}  # the options named: HetDPT's own Stage 2 takes them all
-    name, settings, seed = _settings(choice, data, hetdpt)  # the seed: every step's, the width step's taylor images
+    name, settings, seed = _settings(choice, run.data, changes)  # the seed: every step's, the width step's images
     finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
                 "tau": settings.tau}
     steps = hetdpt_plus_steps(budget=choice.budget, target_macs=width.target_macs, split=choice.split, preset=name,
-                              convention=width.convention, finetune=finetune, hetdpt=hetdpt,
+                              convention=width.convention, finetune=finetune, hetdpt=changes,
                               width={**{k: v for k, v in width.to_dict().items()
                                         if k not in ("ratio", "target_macs", "convention")}, "seed": seed})
-    run_chain_command(model, steps, source=source, data=data, out=out, preset=name, onnx=True, seed=seed,
-                      speed=speed, output=output, render=render_chain)
+    run_chain_command(model, steps, run, out=out, preset=name, onnx=True, seed=seed, render=render_chain)

@@ -32,7 +32,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
-from vitprune.atomic import read_json, write_json
+from vitprune.atomic import parse_json, read_json, write_json
 from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
@@ -110,11 +110,7 @@ def load_chain(path: str | Path) -> list[Step]:
     path = Path(path)
     if not path.is_file():
         raise VitpruneError(f"chain file {path} does not exist")
-    try:
-        document = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise VitpruneError(f"chain file {path} is not valid JSON: {exc}") from None
-    return parse_chain(document)
+    return parse_chain(parse_json(path, "chain file"))
 
 
 def seeded(steps: list[Step], seed: int) -> list[Step]:

@@ -6,14 +6,12 @@ DeiT's structure (class token, pre-norm blocks, GELU MLPs with ratio 4) at width
 
 from __future__ import annotations
 
-from timm.models.vision_transformer import VisionTransformer
-
 from vitprune.data.cluttered_mnist import (
     CLUTTERED_MNIST_INPUT_SIZE,
     CLUTTERED_MNIST_NUM_CLASSES,
     ClutteredMnistDataset,
 )
-from vitprune.models.embedded import build_sincos_vit, train_embedded_vit
+from vitprune.models.embedded import embedded_model
 
 #: Constructor kwargs of timm's ``VisionTransformer`` for the cluttered-MNIST model.
 CLUTTERED_MNIST_VIT_KWARGS: dict = {
@@ -43,19 +41,7 @@ CLUTTERED_MNIST_TRAIN_CONFIG: dict = {
 }
 
 
-def build_cluttered_mnist_vit(**overrides) -> VisionTransformer:
-    """A randomly initialised cluttered-MNIST ViT; ``overrides`` replace entries of :data:`CLUTTERED_MNIST_VIT_KWARGS`.
-
-    Its patch position embeddings start from fixed 2-D sin-cos values (:func:`build_sincos_vit`).
-    """
-    return build_sincos_vit(**{**CLUTTERED_MNIST_VIT_KWARGS, **overrides})
-
-
-def train_cluttered_mnist_vit(
-    *, seed: int = 0, epochs: int = CLUTTERED_MNIST_TRAIN_CONFIG["epochs"], progress: bool = True
-) -> tuple[VisionTransformer, dict]:
-    """Train the cluttered-MNIST ViT from scratch; returns the model in eval mode and its metrics
-    (:func:`~vitprune.models.embedded.train_embedded_vit`'s)."""
-    return train_embedded_vit(build_cluttered_mnist_vit, ClutteredMnistDataset("train", augment=True),
-                              ClutteredMnistDataset("val"), CLUTTERED_MNIST_TRAIN_CONFIG, seed=seed, epochs=epochs,
-                              progress=progress)
+#: ``build_cluttered_mnist_vit(**overrides)``: a randomly initialised model (``overrides`` replace entries of
+#: :data:`CLUTTERED_MNIST_VIT_KWARGS`); ``train_cluttered_mnist_vit(*, seed, epochs, progress)``: it trained from scratch, in eval mode, and its
+#: metrics (:func:`~vitprune.models.embedded.embedded_model`).
+build_cluttered_mnist_vit, train_cluttered_mnist_vit = embedded_model("cluttered_mnist", CLUTTERED_MNIST_VIT_KWARGS, CLUTTERED_MNIST_TRAIN_CONFIG, ClutteredMnistDataset)

@@ -6,10 +6,8 @@ It has the structure of a real DeiT (class token, pre-norm blocks, GELU MLPs wit
 
 from __future__ import annotations
 
-from timm.models.vision_transformer import VisionTransformer
-
 from vitprune.data.digits import DIGITS_INPUT_SIZE, DIGITS_NUM_CLASSES, DigitsDataset
-from vitprune.models.embedded import build_sincos_vit, train_embedded_vit
+from vitprune.models.embedded import embedded_model
 
 #: Constructor kwargs of timm's ``VisionTransformer`` for the digits model.
 DIGITS_VIT_KWARGS: dict = dict(
@@ -39,18 +37,7 @@ DIGITS_TRAIN_CONFIG: dict = dict(
 )
 
 
-def build_digits_vit(**overrides) -> VisionTransformer:
-    """A randomly initialised digits ViT; ``overrides`` replace entries of :data:`DIGITS_VIT_KWARGS`.
-
-    Its patch position embeddings start from fixed 2-D sin-cos values (:func:`build_sincos_vit`).
-    """
-    return build_sincos_vit(**{**DIGITS_VIT_KWARGS, **overrides})
-
-
-def train_digits_vit(
-    *, seed: int = 0, epochs: int = DIGITS_TRAIN_CONFIG["epochs"], progress: bool = True
-) -> tuple[VisionTransformer, dict]:
-    """Train the digits ViT from scratch; returns the model in eval mode and its metrics
-    (:func:`~vitprune.models.embedded.train_embedded_vit`'s)."""
-    return train_embedded_vit(build_digits_vit, DigitsDataset("train", augment=True), DigitsDataset("val"),
-                              DIGITS_TRAIN_CONFIG, seed=seed, epochs=epochs, progress=progress)
+#: ``build_digits_vit(**overrides)``: a randomly initialised model (``overrides`` replace entries of
+#: :data:`DIGITS_VIT_KWARGS`); ``train_digits_vit(*, seed, epochs, progress)``: it trained from scratch, in eval mode, and its
+#: metrics (:func:`~vitprune.models.embedded.embedded_model`).
+build_digits_vit, train_digits_vit = embedded_model("digits", DIGITS_VIT_KWARGS, DIGITS_TRAIN_CONFIG, DigitsDataset)

@@ -57,3 +57,28 @@ def train_embedded_vit(build: Callable[[], VisionTransformer], train_set: Datase
         "seed": seed,
     }
     return model.eval(), metrics
+
+
+def embedded_model(name: str, kwargs: dict, recipe: dict, dataset: Callable[..., Dataset]) -> tuple[
+        Callable[..., VisionTransformer], Callable[..., tuple[VisionTransformer, dict]]]:
+    """The builder and the trainer of the embedded model ``name`` (the same for each):
+
+    - ``build(**overrides)``: a randomly initialised ViT of ``kwargs`` (``overrides`` replace entries) whose patch
+      position embeddings start from fixed 2-D sin-cos values (:func:`build_sincos_vit`);
+    - ``train(*, seed=0, epochs=recipe's, progress=True)``: it trained from scratch with ``recipe`` on
+      ``dataset("train", augment=True)`` and evaluated on ``dataset("val")``, in eval mode, and its metrics
+      (:func:`train_embedded_vit`'s).
+    """
+
+    def build(**overrides) -> VisionTransformer:
+        return build_sincos_vit(**{**kwargs, **overrides})
+
+    def train(*, seed: int = 0, epochs: int = recipe["epochs"],
+              progress: bool = True) -> tuple[VisionTransformer, dict]:
+        return train_embedded_vit(build, dataset("train", augment=True), dataset("val"), recipe, seed=seed,
+                                  epochs=epochs, progress=progress)
+
+    for function, verb in ((build, "build"), (train, "train")):
+        function.__name__ = function.__qualname__ = f"{verb}_{name}_vit"
+        function.__doc__ = f"The {name} model's ``{verb}`` (:func:`vitprune.models.embedded.embedded_model`)."
+    return build, train

@@ -19,7 +19,7 @@ import timm
 import torch
 from torch import nn
 
-from vitprune.atomic import atomic_directory
+from vitprune.atomic import atomic_directory, parse_json
 from vitprune.errors import RecipeError, VitpruneError
 from vitprune.recipe.edits import replay
 from vitprune.recipe.recipe import BaseModel, Recipe, require_recipe, set_recipe
@@ -67,10 +67,7 @@ def read_document(directory: str | os.PathLike) -> dict[str, Any]:
     recipe_path = path / RECIPE_FILE
     if not recipe_path.is_file():
         raise RecipeError(f"{path} is not a vitprune save: {RECIPE_FILE} is missing")
-    try:
-        document = json.loads(recipe_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"corrupt recipe {recipe_path}: {exc}") from None
+    document = parse_json(recipe_path, "recipe", RecipeError)
     Recipe.from_dict(document)
     return document
 

@@ -63,8 +63,7 @@ def remove_attention(model: nn.Module, block: int, identity: str = "norm") -> No
     """Remove the attention sublayer of block ``block``; ``identity`` is a key of :data:`ATTENTION_IDENTITIES`."""
     if identity not in ATTENTION_IDENTITIES:
         raise ValueError(f"unknown attention identity {identity!r} (choose from: {', '.join(ATTENTION_IDENTITIES)})")
-    adapter = get_adapter(model)
-    adapter.require("attention_removal", by="attention removal")
+    adapter = get_adapter(model, needs=("attention_removal",), by="attention removal")
     view = adapter.block(block)
     if view.attn is None:
         raise ValueError(f"block {block} has no attention to remove")
@@ -81,8 +80,7 @@ def remove_activation(model: nn.Module, block: int, fold_norm: bool = False, mer
     ``merge=False`` keeps fc1 and fc2 apart (HetDPT fine-tunes them so and merges afterwards, with
     :func:`merge_mlp`). ``fold_norm`` is :func:`merge_mlp`'s.
     """
-    adapter = get_adapter(model)
-    adapter.require("activation_removal", by="activation removal")
+    adapter = get_adapter(model, needs=("activation_removal",), by="activation removal")
     if not adapter.block(block).mlp.has_activation:
         raise ValueError(f"block {block} has no activation left to remove")
     if fold_norm and not merge:
@@ -99,8 +97,7 @@ def merge_mlp(model: nn.Module, block: int, fold_norm: bool = False) -> None:
     ``fold_norm`` also folds the affine part of ``norm2`` into the merged Linear, leaving a
     parameter-free LayerNorm before it.
     """
-    adapter = get_adapter(model)
-    adapter.require("activation_removal", by="merging fc1·fc2")
+    adapter = get_adapter(model, needs=("activation_removal",), by="merging fc1·fc2")
     mlp = adapter.block(block).mlp
     if mlp.merged or mlp.has_activation:
         raise ValueError(f"block {block} has no activation-free MLP left to merge")
@@ -134,8 +131,7 @@ def add_output_activation(model: nn.Module, block: int, act: str = "gelu") -> No
     """Apply ``act`` to the output of block ``block``: the reference HetDPT code's extra GELU (compatibility only)."""
     if act not in _OUTPUT_ACTIVATIONS:
         raise ValueError(f"unknown output activation {act!r} (choose from: {', '.join(_OUTPUT_ACTIVATIONS)})")
-    adapter = get_adapter(model)
-    adapter.require("output_activation", by="an output activation")
+    adapter = get_adapter(model, needs=("output_activation",), by="an output activation")
     if not isinstance(adapter.block(block).act, nn.Identity):
         raise ValueError(f"block {block} already has an output activation")
     adapter.set_output_activation(block, _OUTPUT_ACTIVATIONS[act]())

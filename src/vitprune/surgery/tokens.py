@@ -30,8 +30,7 @@ def prune_tokens(model: nn.Module, block: int, keep_rate: float, alpha: float = 
         raise ValueError(f"keep rate must be in (0, 1], got {keep_rate}")
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    adapter = get_adapter(model)
-    adapter.require("token_pruning", by="token pruning")
+    adapter = get_adapter(model, needs=("token_pruning",), by="token pruning")
     if not 0 <= block < len(adapter.blocks()):
         raise ValueError(f"block {block} is out of range: the model has {len(adapter.blocks())} blocks")
     adapter.set_token_pruning(block, keep_rate, alpha, adaptive)

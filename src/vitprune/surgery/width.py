@@ -92,8 +92,7 @@ def prune_mlp_neurons(model: nn.Module, block: int, keep: Sequence[int]) -> None
 
     With none kept the MLP outputs ``fc2``'s bias alone, for every token.
     """
-    adapter = get_adapter(model)
-    adapter.require("ffn_width", by="neuron pruning")
+    adapter = get_adapter(model, needs=("ffn_width",), by="neuron pruning")
     mlp = adapter.block(block).mlp
     if mlp.merged:
         raise ValueError(f"block {block} has no MLP hidden neurons to prune")
@@ -110,8 +109,7 @@ def prune_embed_dims(model: nn.Module, keep: Sequence[int]) -> None:
     changes the function even for zero channels, since each LayerNorm's statistics then run over
     the kept channels only; keeping all channels changes nothing.
     """
-    adapter = get_adapter(model)
-    adapter.require("embed_width", by="embedding pruning")
+    adapter = get_adapter(model, needs=("embed_width",), by="embedding pruning")
     if any(v.attn is not None and v.attn.gate is not None or v.mlp.gate is not None for v in adapter.blocks()):
         raise ValueError("embedding channels cannot be pruned while depth gates are in place")
     adapter.prune_embed_dims(check_indices(keep, adapter.embed_dim, "embedding channels"))

@@ -175,7 +175,7 @@ def test_json_round_trip(deit_b, tmp_path):
 
 
 @pytest.mark.parametrize("content, match", [
-    ("{not json", "corrupt MAP file .*map.json"),
+    ("{not json", "MAP file .*map.json is not valid JSON"),
     ("[1, 2]", "corrupt MAP file .*map.json: expected a JSON object"),
     ('{"degree": 2}', "corrupt MAP file .*map.json: malformed MAP fit: KeyError"),
 ])

@@ -165,7 +165,7 @@ def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget
     evaluates Step 1's points, reads and writes the run directory and times the model; every process
     gets what it read or decided and returns the same report.
     """
-    get_adapter(model).require(*REQUIRES, by="HetDPT")
+    get_adapter(model, needs=REQUIRES, by="HetDPT")
     config = config or HetDPTConfig()
     config.validate()
     speed.validate()

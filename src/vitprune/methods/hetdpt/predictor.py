@@ -15,7 +15,6 @@ the whole budget line so a report can show how close the runners-up are.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vitprune.atomic import write_json
+from vitprune.atomic import parse_json, write_json
 from vitprune.errors import VitpruneError
 
 #: CV RMSEs this close count as a tie, broken towards the lower degree: on noise-free data every
@@ -180,10 +179,7 @@ def load_predictor(path: str | os.PathLike) -> PredictorFit:
     path = Path(path)
     if not path.is_file():
         raise VitpruneError(f"no MAP fit at {path}: file does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise VitpruneError(f"corrupt MAP file {path}: {exc}") from None
+    data = parse_json(path, "MAP file")
     if not isinstance(data, dict):
         raise VitpruneError(f"corrupt MAP file {path}: expected a JSON object")
     try:

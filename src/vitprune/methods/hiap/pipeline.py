@@ -86,7 +86,7 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     every process extracts the same model from the same gates, and rank 0 alone writes the run directory
     (and reads its history) and times the model; every process returns the same report.
     """
-    get_adapter(model).require(*REQUIRES, by="HiAP")
+    get_adapter(model, needs=REQUIRES, by="HiAP")
     config = config or HiAPConfig()
     config.validate()
     speed.validate()

@@ -84,7 +84,7 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     the statistics are reduced over all of them, and only rank 0 writes files.
     """
     config = config or STARConfig()
-    get_adapter(model).require(*config.requires, by="STAR")
+    get_adapter(model, needs=config.requires, by="STAR")
     config.validate()
     speed.validate()
     if config.target_macs is not None:

@@ -80,7 +80,7 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     the statistics and scores are reduced over all of them, the fine-tune is data-parallel, and
     rank 0 alone writes the files (on ``resume`` it reads them and sends them to the others).
     """
-    get_adapter(model).require(*REQUIRES, by="VBP")
+    get_adapter(model, needs=REQUIRES, by="VBP")
     config = config or VBPConfig()
     config.validate()
     speed.validate()
