@@ -12,7 +12,7 @@ from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT, AttentionIdentity, DataSource, ModelSource, check_target, load_data,
+    IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT, AttentionIdentity, Inputs, check_target, input_groups,
 )
 from vitprune.cli.render import percent
 from vitprune.errors import VitpruneError
@@ -30,16 +30,14 @@ BATCH_SIZE_OPT = typer.Option(64, "--batch-size", "-b", min=1)
 
 
 @analyze_app.command("gradient-disparity")
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
+@input_groups
 def gradient_disparity_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: DataSource = ...,
+    inputs: Inputs = ...,
     out: Path = OUT_OPT,
     batches: Optional[int] = typer.Option(None, "--batches", min=1, help="Batches to measure (default: one epoch)."),
     batch_size: int = BATCH_SIZE_OPT,
     identity: AttentionIdentity = IDENTITY_OPT,
-    source: ModelSource = ...,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -51,12 +49,9 @@ def gradient_disparity_cmd(
     from vitprune.data import build_loader
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt import gradient_disparity, plot_gradient_disparity
-    from vitprune.models import resolve_model
 
-    net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint).to(
-        resolve_device(source.device))
-    dataset = load_data(net, data.data, {"train": ("train", False)}, data_root=data.data_root,
-                        download=data.download, val_split=data.val_split, new_head=False)["train"]
+    net, sets = inputs.load(model, {"train": ("train", False)})
+    net, dataset, data = net.to(resolve_device(inputs.source.device)), sets["train"], inputs.data
     loader = build_loader(dataset, batch_size, shuffle=True, seed=0)
     result = gradient_disparity(net, loader, identity=identity.value, max_batches=batches, progress=not json_out)
     document = {"model": model, "data": data.data, "split": "train", "batch_size": batch_size, "max_batches": batches,
@@ -79,19 +74,17 @@ def gradient_disparity_cmd(
 
 
 @analyze_app.command("recovery")
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
+@input_groups
 @config_options(TrainConfig, param="train", fields=("epochs", "lr", "batch_size", "seed"), defaults={"epochs": 1})
 def recovery_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: DataSource = ...,
+    inputs: Inputs = ...,
     out: Path = OUT_OPT,
     layers: Optional[List[str]] = typer.Option(
         None, "--layers", help="TYPE:BLOCK[,TYPE:BLOCK...] with TYPE attention or activation, e.g. "
                                "attention:3,activation:5; repeatable (default: every layer)."),
     train: TrainConfig = ...,
     identity: AttentionIdentity = IDENTITY_OPT,
-    source: ModelSource = ...,
     overwrite: bool = OVERWRITE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -99,13 +92,11 @@ def recovery_cmd(
     _check_targets(out, "recovery", overwrite)
     from vitprune.device import resolve_device
     from vitprune.methods.hetdpt import plot_recovery, recovery_asymmetry
-    from vitprune.models import resolve_model
 
     chosen = _parse_layers(layers) if layers else None
-    dev = resolve_device(source.device)
-    net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint).to(dev)
-    sets = load_data(net, data.data, {"train": ("train", True), "val": ("val", False)}, data_root=data.data_root,
-                     download=data.download, val_split=data.val_split, new_head=False)
+    dev = resolve_device(inputs.source.device)
+    net, sets = inputs.load(model, {"train": ("train", True), "val": ("val", False)})
+    net, data = net.to(dev), inputs.data
     result = recovery_asymmetry(net, sets["train"], sets["val"], config=train, layers=chosen, identity=identity.value,
                                 device=dev, progress=not json_out)
     document = {"model": model, "data": data.data, **result}

@@ -10,9 +10,8 @@ import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
-from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    DEVICE_OPT, JSON_OPT, REPEATS_OPT, SPEED_BATCH_OPT, Convention, DataSource, ModelSource, load_data,
+    DEVICE_OPT, JSON_OPT, REPEATS_OPT, SPEED_BATCH_OPT, Convention, Inputs, input_groups,
 )
 from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
@@ -80,25 +79,20 @@ def bench(
 
 
 @app.command("eval")
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
+@input_groups
 def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: DataSource = ...,
+    inputs: Inputs = ...,
     split: str = typer.Option("val", help="Dataset split."),
     batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
-    source: ModelSource = ...,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Top-1/top-5 accuracy and loss of MODEL on a dataset split."""
     from vitprune.data import build_loader
-    from vitprune.models import resolve_model
     from vitprune.training import evaluate
 
-    net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint).to(
-        resolve_device(source.device))
-    dataset = load_data(net, data.data, {split: (split, False)}, data_root=data.data_root, download=data.download,
-                        val_split=data.val_split, new_head=False)[split]
+    net, sets = inputs.load(model, {split: (split, False)})
+    net, dataset, data = net.to(resolve_device(inputs.source.device)), sets[split], inputs.data
     metrics = evaluate(net, build_loader(dataset, batch_size, shuffle=False, seed=0), progress=not json_out)
     if json_out:
         print_json({"model": model, "data": data.data, "split": split, **metrics})

@@ -10,26 +10,24 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    JSON_OPT, NUM_CLASSES_OPT, RESUME_OPT, DataSource, ModelSource, distributed, load_data,
+    JSON_OPT, NUM_CLASSES_OPT, RESUME_OPT, Inputs, distributed, input_groups,
 )
 from vitprune.cli.render import percent
 from vitprune.training import DistillConfig, TrainConfig
 
 
 @app.command()
-@config_options(ModelSource, param="source")
-@config_options(DataSource, param="data", required=("data",))
+@input_groups
 @config_options(TrainConfig, param="train")
 @config_options(DistillConfig, param="distillation")
 def finetune(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    data: DataSource = ...,
+    inputs: Inputs = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: checkpoint/, metrics.jsonl, and model/ when done."),
     train: TrainConfig = ...,
     distillation: DistillConfig = ...,
     teacher: Optional[str] = typer.Option(None, help="Teacher MODEL (default: the original MODEL was pruned from)."),
     resume: bool = RESUME_OPT,
-    source: ModelSource = ...,
     num_classes: Optional[int] = NUM_CLASSES_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -47,10 +45,10 @@ def finetune(
     distillation.validate()
     check_writable(out, inside=True)  # before the data loads and an epoch trains
     distill = distillation.distill
-    ctx = distributed(source.device)
-    student = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=train.seed)
-    sets = load_data(student, data.data, {"train": ("train", True), "val": ("val", False)}, data_root=data.data_root,
-                     download=data.download, val_split=data.val_split, num_classes=num_classes)
+    ctx = distributed(inputs.source.device)
+    student, sets = inputs.load(model, {"train": ("train", True), "val": ("val", False)}, seed=train.seed,
+                                num_classes=num_classes, new_head=True)
+    data = inputs.data
     teacher_model = None
     if distill != "none":
         teacher_model = resolve_model(teacher) if teacher is not None else original_model(student)

@@ -86,6 +86,33 @@ class ModelOutput:
 
 
 @dataclass
+class Inputs:
+    """MODEL's source and --data: the groups of a command that loads a model and reads a dataset, as one value
+    (:func:`input_groups`)."""
+
+    source: ModelSource
+    data: DataSource
+
+    def load(self, model: str, splits: Mapping[str, tuple[str, bool]], *, seed: int = 0,
+             num_classes: int | None = None, new_head: bool = False) -> tuple[nn.Module, dict[str, Any]]:
+        """MODEL (random weights drawn under ``seed``) and --data's ``splits`` for it (:func:`load_data`)."""
+        from vitprune.models import resolve_model
+
+        source, data = self.source, self.data
+        net = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=seed)
+        return net, load_data(net, data.data, splits, data_root=data.data_root, download=data.download,
+                              val_split=data.val_split, num_classes=num_classes, new_head=new_head)
+
+
+def input_groups(command: F) -> F:
+    """``command`` with MODEL's source (:class:`ModelSource`) and --data (:class:`DataSource`, required), given to its
+    parameter ``inputs`` as one :class:`Inputs`."""
+    command = bundle("inputs", Inputs, ("data", "source"))(command)
+    command = config_options(DataSource, param="data", required=("data",))(command)
+    return config_options(ModelSource, param="source")(command)
+
+
+@dataclass
 class RunInputs:
     """The shared groups of a command that runs a method on data into a run directory, as one value."""
 
@@ -201,9 +228,5 @@ def load_inputs(model: str, source: ModelSource, data: DataSource, *, seed: int,
     """MODEL (random weights drawn under ``seed``), and --data's ``splits`` for it, of ``train`` (augmented), ``val``
     and ``calibration`` (the training images under the evaluation transform) (:func:`load_data`: a head made for
     other classes is refused, as a new one would decide every pruning choice before it learned anything)."""
-    from vitprune.models import resolve_model
-
-    dense = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=seed)
     known = {"train": ("train", True), "val": ("val", False), "calibration": ("train", False)}
-    return dense, load_data(dense, data.data, {name: known[name] for name in splits}, data_root=data.data_root,
-                            download=data.download, val_split=data.val_split, new_head=False)
+    return Inputs(source, data).load(model, {name: known[name] for name in splits}, seed=seed)
