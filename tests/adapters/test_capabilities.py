@@ -7,6 +7,7 @@ import pytest
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
+import vitprune
 import vitprune.adapters as adapters
 from vitprune.adapters import CAPABILITIES, TimmViTAdapter, get_adapter
 from vitprune.errors import UnsupportedArchitectureError
@@ -83,3 +84,19 @@ def test_a_capability_declared_without_its_mixin_is_refused():
 
     with pytest.raises(TypeError, match=r"declares capabilities \['token_pruning'\] without implementing"):
         type("Bad", (ConvNeXtAdapter,), {"capabilities": frozenset({"ffn_width", "token_pruning"})})
+
+
+def test_one_adapter_per_model_and_a_copy_gets_its_own():
+    import copy
+
+    from vitprune.surgery import prune_mlp_neurons
+
+    model = vitprune.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2,
+                                  num_heads=2, num_classes=3)
+    adapter = get_adapter(model)
+    assert get_adapter(model) is adapter and adapter.model is model
+    twin = copy.deepcopy(model)
+    assert get_adapter(twin) is not adapter and get_adapter(twin).model is twin
+    prune_mlp_neurons(twin, 0, [0, 1])  # an edit of the copy shows in the copy's views alone
+    assert get_adapter(twin).block(0).mlp.hidden_features == 2
+    assert adapter.block(0).mlp.hidden_features == 128

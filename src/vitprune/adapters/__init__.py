@@ -19,11 +19,24 @@ from vitprune.errors import UnsupportedArchitectureError
 ADAPTERS: list[type[ViTAdapter]] = [LVViTAdapter, TimmViTAdapter, HFViTAdapter, ConvNeXtAdapter, SwinAdapter]
 
 
+#: The attribute of a model that holds its adapter: one per model, built (and the model checked) once.
+_ADAPTER_ATTRIBUTE = "_vitprune_adapter"
+
+
 def find_adapter(model: nn.Module) -> ViTAdapter | None:
-    """The adapter for ``model``, or ``None`` where no family matches (a module that is not a ViT)."""
+    """The adapter for ``model``, or ``None`` where no family matches (a module that is not a ViT).
+
+    The adapter is kept on the model (a plain attribute, as the recipe is, so a deep copy gets its own adapter of
+    the copy): every edit goes through it, so the model stays in a form it reads, and later calls skip the checks
+    the first one made."""
+    cached = model.__dict__.get(_ADAPTER_ATTRIBUTE)
+    if cached is not None and cached.model is model:
+        return cached
     for cls in ADAPTERS:
         if cls.matches(model):
-            return cls(model)
+            adapter = cls(model)
+            object.__setattr__(model, _ADAPTER_ATTRIBUTE, adapter)
+            return adapter
     return None
 
 
