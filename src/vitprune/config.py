@@ -50,9 +50,17 @@ def setting(default: Any = MISSING, *, default_factory: Callable[[], Any] | Any 
     return dataclasses.field(default=default, default_factory=default_factory, metadata={CLI_METADATA: facts})
 
 
+class JsonRecord:
+    """A dataclass whose JSON-ready form is its fields."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: the fields, as :func:`dataclasses.asdict` gives them."""
+        return dataclasses.asdict(self)
+
+
 def cli_facts(field: dataclasses.Field) -> CliFacts | None:
     """The command-line facts of a config field, or ``None`` for a field the CLI does not expose."""
     return field.metadata.get(CLI_METADATA)
 
 
-__all__ = ["CLI_METADATA", "CliFacts", "cli_facts", "setting"]
+__all__ = ["CLI_METADATA", "CliFacts", "JsonRecord", "cli_facts", "setting"]

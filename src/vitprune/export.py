@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from vitprune.config import JsonRecord
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file
 from vitprune.errors import VitpruneError
@@ -33,7 +33,7 @@ def dynamic_structure(model: nn.Module) -> str | None:
 
 
 @dataclass
-class OnnxExport:
+class OnnxExport(JsonRecord):
     """What :func:`export_onnx` wrote and how well onnxruntime reproduces PyTorch on it."""
 
     path: str
@@ -43,10 +43,6 @@ class OnnxExport:
     max_abs_diff: float
     check_batch: int
     onnxruntime: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
 
 def onnx_missing() -> str | None:

@@ -7,17 +7,17 @@ import os
 import platform
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import timm
 import torch
 
+from vitprune.config import JsonRecord
 from vitprune.version import __version__
 
 
 @dataclass(frozen=True)
-class Context:
+class Context(JsonRecord):
     """The conditions of a speed measurement; two timings are comparable only if these match."""
 
     device: str
@@ -34,10 +34,6 @@ class Context:
     cuda: str | None
     #: CPU timings run with denormals flushed to zero (see :func:`~vitprune.measure.speed.measure_speed`).
     flush_denormal: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
 
 def collect_context(device: torch.device, dtype: torch.dtype, batch_size: int, *,

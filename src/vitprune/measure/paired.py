@@ -16,10 +16,11 @@ by overlapping intervals.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
+
+from vitprune.config import JsonRecord
 
 #: Equivalence margin in top-1 points: two arms within it are "comparable" (two one-sided tests).
 MARGIN = 1.0
@@ -28,7 +29,7 @@ ALPHA = 0.05
 
 
 @dataclass(frozen=True)
-class PairedDifference:
+class PairedDifference(JsonRecord):
     """Top-1 of arm A minus arm B in points, with its bootstrap distribution's summaries.
 
     ``low`` and ``high`` bound the two-sided ``level`` interval. ``p_greater`` is the one-sided p-value of
@@ -48,9 +49,6 @@ class PairedDifference:
     seeds: int
     images: int
     discordant: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, level: float = 0.95,

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
+from vitprune.config import JsonRecord
 from vitprune.errors import VitpruneError
 
 #: Where a pipeline writes its report in its run directory.
@@ -15,7 +16,7 @@ R = TypeVar("R", bound="Report")
 
 
 @dataclass
-class Report:
+class Report(JsonRecord):
     """Base of the methods' reports: JSON form and back. Subclasses declare only their fields."""
 
     @property
@@ -23,10 +24,6 @@ class Report:
         """The directory the run saved its model to: ``model_dir`` in a run directory, or ``out`` for an edit saved
         as one model directory."""
         return getattr(self, "model_dir", None) or getattr(self, "out")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: each field under its name, in declaration order."""
-        return asdict(self)
 
     @classmethod
     def from_dict(cls: type[R], data: dict[str, Any]) -> R:

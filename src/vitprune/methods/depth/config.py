@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
-from vitprune.config import setting
+from vitprune.config import JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP, depth_requirements
 
 
 @dataclass
-class DepthConfig:
+class DepthConfig(JsonRecord):
     """Which layers go and how (:func:`~vitprune.surgery.prune_depth`'s settings)."""
 
     attention: list[int] = setting(default_factory=list,
@@ -26,10 +25,6 @@ class DepthConfig:
     def requires(self) -> tuple[str, ...]:
         """What removing these layers needs of a model's family."""
         return depth_requirements(self.attention, self.activation, self.output_gelu)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
     def validate(self) -> None:
         """Fail at once on a config that prunes nothing or names an unknown identity (indices are checked against

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from vitprune.config import setting
+from vitprune.config import JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP
 from vitprune.training import KINDS, TrainConfig
@@ -24,7 +24,7 @@ REQUIRES = ("attention_removal", "activation_removal", "output_activation", "gat
 
 
 @dataclass
-class HetDPTConfig:
+class HetDPTConfig(JsonRecord):
     """Every setting of the pipeline; :func:`~vitprune.methods.hetdpt.pipeline.preset` gives tested starting points,
     :func:`~vitprune.methods.hetdpt.pipeline.configure` changes them."""
 
@@ -76,10 +76,6 @@ class HetDPTConfig:
     #: ``vitprune prune merge`` (:func:`~vitprune.methods.hetdpt.merge.run_merge`) merges them afterwards.
     merge: bool = setting(True, help="End by merging each fc1·fc2 pair whose GELU went; --no-merge keeps them "
                                      "apart for a later fine-tune, then `vitprune prune merge`.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
     def validate(self) -> None:
         """Fail at once, not after hours of earlier stages, on a setting a later stage would reject."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from vitprune.config import setting
+from vitprune.config import JsonRecord, setting
 from vitprune.errors import check_settings
 from vitprune.training.presets import get_preset
 
@@ -27,7 +27,7 @@ REQUIRES = ("gates", "ffn_width")
 
 
 @dataclass
-class HiAPConfig:
+class HiAPConfig(JsonRecord):
     """HiAP's settings besides the training recipe; defaults are the paper's where it gives them (note §2)."""
 
     #: Penalty weights (paper's best DeiT-S ratio 2:1); with ``target_macs`` they set the macro:micro ratio
@@ -62,10 +62,6 @@ class HiAPConfig:
     #: KD from the dense teacher: ``(1 − α)·CE + α·T²·KL`` (batch-mean), α_KD 0.7 and T 4 as the paper.
     kd_alpha: float = 0.7
     kd_tau: float = 4.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""

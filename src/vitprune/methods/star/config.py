@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-from vitprune.config import setting
+from vitprune.config import JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.training import KINDS, TrainConfig
 from vitprune.training.presets import get_preset
@@ -18,7 +17,7 @@ _RECIPE = get_preset(PRESET)
 
 
 @dataclass
-class STARConfig:
+class STARConfig(JsonRecord):
     """Every setting of the pipeline; the defaults are the paper's for DeiT on ImageNet."""
 
     #: Exactly one of ``rho``, ``target_macs`` and ``rates`` is set (``rho`` is ``None`` when another one is).
@@ -51,10 +50,6 @@ class STARConfig:
     tau: float = _RECIPE.distill.tau
     #: Validation images the a-STAR MAC average is taken over (its cost depends on the image).
     mac_images: int = 64
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
     @property
     def requires(self) -> tuple[str, ...]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
-from vitprune.config import setting
+from vitprune.config import JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.training import KINDS, TrainConfig
 from vitprune.training.presets import get_preset
@@ -36,7 +35,7 @@ REQUIRES = ("ffn_width",)
 
 
 @dataclass
-class VBPConfig:
+class VBPConfig(JsonRecord):
     """Every setting of the pipeline; the defaults are the paper's (ImageNet, DeiT)."""
 
     ratio: float = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
@@ -61,10 +60,6 @@ class VBPConfig:
     #: 1 is pure distillation (the note's reading of the paper's KD).
     alpha: float = setting(_RECIPE.distill.alpha, help="Weight of the distillation term (1: distillation only).")
     tau: float = setting(_RECIPE.distill.tau, help="Distillation temperature.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
     def validate(self) -> None:
         """Fail at once, before the statistics pass, on a setting a later stage would reject."""

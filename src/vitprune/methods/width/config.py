@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from vitprune.config import setting
+from vitprune.config import JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS
 
@@ -35,7 +35,7 @@ WIDTH_WITHOUT = {"embed_width": "--no-embed (\"embed\": false in a chain file) k
 
 
 @dataclass
-class WidthConfig:
+class WidthConfig(JsonRecord):
     """How much to cut and how torch-pruning chooses it (:func:`~vitprune.methods.width.plan_width`'s settings)."""
 
     #: Exactly one of ``ratio`` and ``target_macs`` is set.
@@ -68,10 +68,6 @@ class WidthConfig:
     taylor_batch_size: int = setting(64, min=1, help="Images per taylor-importance batch.")
     seed: int = setting(0, help="Seed of the images taylor importance draws and of a --no-pretrained model's "
                                 "weights.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
 
     @property
     def requires(self) -> tuple[str, ...]:
