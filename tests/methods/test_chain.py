@@ -4,6 +4,7 @@ order, resume at the step a run stopped in, the final model consistent, and step
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -135,6 +136,41 @@ def test_hetdpt_plus_recovers_the_depth_pruned_model_before_width_pruning_ranks_
     assert report.consistency["ok"]
 
 
+def test_a_hetdpt_plus_step_is_the_chain_hetdpt_plus_runs():
+    """Registered as a method, HetDPT+ expands to HetDPT (with Stage 2), width pruning and the width recovery, which
+    fine-tunes as HetDPT's Stage 2 does unless the step says otherwise; what it needs is what its steps need."""
+    from vitprune.methods.hetdpt.pipeline import configure
+
+    plus = get_method("hetdpt+").configure({"budget": 2, "target_macs": 1e6, "seed": 3, "preset": "digits",
+                                            "hetdpt": {"epochs": 1}, "finetune": {"lr": 1e-3}}, "imagenet")
+    stage2 = configure("digits", seed=3, epochs=1)
+    finetune = {**dataclasses.asdict(stage2.finetune), "distill": stage2.distill, "alpha": stage2.alpha,
+                "tau": stage2.tau, "lr": 1e-3}
+    assert plus.preset == "digits" and plus.steps == hetdpt_plus_steps(
+        budget=2, target_macs=1e6, preset="digits", finetune=finetune, hetdpt={"seed": 3, "epochs": 1},
+        width={"seed": 3})
+    assert set(get_method("hetdpt+").requires(plus)) == {"attention_removal", "activation_removal",
+                                                          "output_activation", "gates", "ffn_width", "head_width",
+                                                          "embed_width"}
+    with pytest.raises(VitpruneError, match="hetdpt\\+ step: target_macs must be a number"):
+        get_method("hetdpt+").configure({"budget": 2}, "digits")
+
+
+@pytest.mark.slow
+def test_a_chain_runs_a_hetdpt_plus_step(setting, tmp_path):
+    model, _, _ = setting
+    target = 0.5 * count_macs(model).macs
+    report = _run(setting, parse_chain([{"method": "hetdpt+", "budget": 2, "split": [1, 1], "target_macs": target,
+                                         "preset": "digits", "hetdpt": {"search_epochs": 1, "epochs": 1,
+                                                                        "batch_size": 32},
+                                         "finetune": {"epochs": 1, "lr": 1e-3, "batch_size": 32}}]), tmp_path)
+    plus = report.steps[1]
+    assert plus["method"] == "hetdpt+" and 0.97 * target <= plus["macs_full"] <= target
+    inner = tmp_path / STEPS_DIR / "01-hetdpt+" / STEPS_DIR
+    assert sorted(p.name for p in inner.iterdir()) == ["01-hetdpt", "02-width", "03-finetune"]
+    assert report.consistency["ok"]
+
+
 @pytest.mark.slow
 def test_hetdpt_step_reuses_an_earlier_predictor(setting, tmp_path):
     """A chain's HetDPT step can take the MAP an earlier run fitted: the split is the one that fit predicts and no
@@ -197,7 +233,7 @@ def test_chain_files_and_the_documented_methods(tmp_path):
         load_chain(path)
     with pytest.raises(VitpruneError, match="does not exist"):
         load_chain(tmp_path / "missing.json")
-    assert set(step_methods()) == {"depth", "hetdpt", "merge", "width", "vbp", "star", "hiap", "finetune"}
+    assert set(step_methods()) == {"depth", "hetdpt", "hetdpt+", "merge", "width", "vbp", "star", "hiap", "finetune"}
 
 
 @pytest.mark.parametrize("steps, error, message", [

@@ -32,7 +32,8 @@ def chain(
                                                "takes a seed and names none in the chain file."),
     run: RunInputs = ...,
 ) -> None:
-    """Run a chain of methods (depth, hetdpt, width, vbp, star, hiap, finetune) in order; check and time the result."""
+    """Run a chain of methods (depth, hetdpt, hetdpt+, merge, width, vbp, star, hiap, finetune) in order; check and time
+    the result."""
     from vitprune.cli.render import render_chain
     from vitprune.methods.chain import load_chain, seeded
 

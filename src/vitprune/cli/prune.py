@@ -13,7 +13,7 @@ from vitprune.cli.app import MODEL_HELP
 from vitprune.cli.chain import run_chain_command
 from vitprune.cli.config_options import bundle, config_options
 from vitprune.cli.methods import prune_app, run_method
-from vitprune.cli.options import DataSource, RunInputs, run_groups
+from vitprune.cli.options import RunInputs, run_groups
 from vitprune.methods.hetdpt.config import HetDPTBudget, HetDPTConfig, StageOverrides, preset_for
 from vitprune.methods.width.config import WidthConfig
 
@@ -38,14 +38,6 @@ def _hetdpt_groups(budget: Iterable[str] | None = None, config: Iterable[str] | 
     return decorate
 
 
-def _settings(choice: HetDPTBudget, data: DataSource, changes: dict[str, Any]) -> tuple[str, HetDPTConfig, int]:
-    """The preset's name, its settings with the options named, and the seed (StageOverrides' --seed, 0 unnamed)."""
-    from vitprune.methods.hetdpt.pipeline import configure
-
-    name = preset_for(choice.preset, data.data)
-    return name, configure(name, **changes), changes.get("seed") or 0
-
-
 @prune_app.command()
 @_hetdpt_groups()
 def hetdpt(
@@ -58,10 +50,11 @@ def hetdpt(
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
     from vitprune.methods.base import get_method
     from vitprune.methods.hetdpt.method import HetDPTRun
-    from vitprune.methods.hetdpt.pipeline import parse_split
+    from vitprune.methods.hetdpt.pipeline import configure, parse_split
 
     split = parse_split(choice.split)
-    _, settings, seed = _settings(choice, run.data, changes)
+    settings = configure(preset_for(choice.preset, run.data.data), **changes)
+    seed = changes.get("seed") or 0  # StageOverrides' --seed
     run_method(get_method("hetdpt"), model, HetDPTRun(choice.budget, split, settings, choice.predictor), out=out,
                source=run.source, data=run.data, speed=run.speed, output=run.output, seed=seed)
 
@@ -80,17 +73,14 @@ def hetdpt_plus(
     """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
     recovered model (Isomorphic Pruning) to --macs, then the width recovery fine-tune; both fine-tunes distil from
     the unpruned model with HetDPT's Stage-2 settings."""
-    from dataclasses import asdict
-
     from vitprune.cli.render import render_chain
-    from vitprune.methods.chain import hetdpt_plus_steps
+    from vitprune.methods.base import get_method
 
     width.validate()
-    name, settings, seed = _settings(choice, run.data, changes)  # the seed: every step's, the width step's images
-    finetune = {**asdict(settings.finetune), "distill": settings.distill, "alpha": settings.alpha,
-                "tau": settings.tau}
-    steps = hetdpt_plus_steps(budget=choice.budget, target_macs=width.target_macs, split=choice.split, preset=name,
-                              convention=width.convention, finetune=finetune, hetdpt=changes,
-                              width={**{k: v for k, v in width.to_dict().items()
-                                        if k not in ("ratio", "target_macs", "convention")}, "seed": seed})
-    run_chain_command(model, steps, run, out=out, preset=name, onnx=True, seed=seed, render=render_chain)
+    plus = get_method("hetdpt+").configure({
+        "budget": choice.budget, "target_macs": width.target_macs, "split": choice.split,
+        "convention": width.convention, "hetdpt": changes, **{k: v for k, v in changes.items() if k == "seed"},
+        "width": {k: v for k, v in width.to_dict().items() if k not in ("ratio", "target_macs", "convention")},
+    }, preset_for(choice.preset, run.data.data))
+    seed = changes.get("seed") or 0
+    run_chain_command(model, plus.steps, run, out=out, preset=plus.preset, onnx=True, seed=seed, render=render_chain)

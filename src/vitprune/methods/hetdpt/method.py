@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitprune.errors import VitpruneError
-from vitprune.methods.base import Method, MethodData, RunContext, check_known, register_method, split_settings
+from vitprune.methods.base import (
+    Method, MethodData, RunContext, check_known, get_method, register_method, split_settings,
+)
 from vitprune.methods.hetdpt.config import REQUIRES, HetDPTConfig, MergeConfig, StageOverrides
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from vitprune.methods.chain import ChainReport, Step
     from vitprune.methods.hetdpt.merge import MergeReport
     from vitprune.methods.hetdpt.pipeline import HetDPTReport
 
@@ -103,5 +106,65 @@ class Merge(Method):
                 f"{report.max_abs_difference:.2g})")
 
 
+@dataclass
+class HetDPTPlusRun:
+    """HetDPT+ as the chain it runs (:func:`~vitprune.methods.chain.hetdpt_plus_steps`) and HetDPT's preset."""
+
+    steps: list[Step]
+    preset: str
+    #: Each step's config (:func:`~vitprune.methods.chain.check_chain`'s).
+    configs: list[Any] = field(default_factory=list, repr=False)
+
+
+#: A HetDPT+ step's settings: the layer budget and the MAC target, and what changes each stage's defaults.
+_PLUS = {"budget", "target_macs", "split", "preset", "convention", "seed", "hetdpt", "width", "finetune"}
+
+
+class HetDPTPlus(Method):
+    name = "hetdpt+"
+    title = "HetDPT+"
+    help = ("HetDPT+: HetDPT with its Stage-2 recovery, then width pruning of the recovered model to a MAC target, "
+            "then the width recovery fine-tune (a chain).")
+    config = HetDPTPlusRun
+    #: ``vitprune prune hetdpt+`` is its own command: its options change HetDPT's preset (cli/prune.py).
+    command = False
+    settings = ("budget, target_macs (MACs per image), split, preset, convention, seed, and the settings of each "
+                "stage: hetdpt (HetDPT's, its Stage 2 included), width (width pruning's), finetune (the width "
+                "recovery's; default: HetDPT's Stage-2 fine-tune)")
+
+    def configure(self, settings: dict[str, Any], preset: str) -> HetDPTPlusRun:
+        from dataclasses import asdict
+
+        from vitprune.methods.chain import check_chain, hetdpt_plus_steps
+        from vitprune.methods.hetdpt.pipeline import configure
+
+        check_known(settings, _PLUS, self.name)
+        for name, kind in (("budget", int), ("target_macs", (int, float))):
+            if not isinstance(settings.get(name), kind):
+                raise VitpruneError(f"hetdpt+ step: {name} must be a number")
+        name = settings.get("preset", preset)
+        # StageOverrides' seed, every stage's; unnamed, the preset's own (and the width step's images: 0).
+        hetdpt = {**{k: v for k, v in settings.items() if k == "seed"}, **settings.get("hetdpt", {})}
+        stage2 = configure(name, **hetdpt)
+        finetune = {**asdict(stage2.finetune), "distill": stage2.distill, "alpha": stage2.alpha, "tau": stage2.tau,
+                    **settings.get("finetune", {})}
+        steps = hetdpt_plus_steps(budget=settings["budget"], target_macs=settings["target_macs"],
+                                  split=settings.get("split", "auto"), preset=name,
+                                  convention=settings.get("convention", "full"), finetune=finetune, hetdpt=hetdpt,
+                                  width={"seed": hetdpt.get("seed") or 0, **settings.get("width", {})})
+        return HetDPTPlusRun(steps, name, check_chain(steps, name))
+
+    def requires(self, config: HetDPTPlusRun) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(need for step, step_config in zip(config.steps, config.configs)
+                                   for need in get_method(step.method).requires(step_config)))
+
+    def run(self, model: nn.Module, data: MethodData, config: HetDPTPlusRun, ctx: RunContext) -> ChainReport:
+        from vitprune.methods.chain import run_chain
+
+        return run_chain(model, data.train, data.val, config.steps, calibration_set=data.calibration,
+                         preset=config.preset, onnx=False, **ctx.pipeline_options())
+
+
 register_method(HetDPT())
 register_method(Merge())
+register_method(HetDPTPlus())
