@@ -122,9 +122,13 @@ class Method:
     def configure(self, settings: dict[str, Any], preset: str) -> Any:
         """The config a chain step's ``settings`` give (``preset``: the chain's default training preset, for
         methods whose defaults are a preset's); an unknown or missing setting is one line naming the method."""
-        config = build_config(self.config, settings, self.name, fixed=self.fixed)
+        config = build_config(self.config, settings, self.name, fixed=self.fixed, defaults=self.defaults(settings))
         validate_config(config)
         return config
+
+    def defaults(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Defaults that a chain step's ``settings`` put in place of the config's own (none by default)."""
+        return {}
 
     def from_command(self, options: Any, training: TrainConfig | None) -> Any:
         """The config a command runs: its method options (an :attr:`options` instance) with the fine-tune group's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vitprune.methods.base import Method, MethodData, RunContext, build_config, register_method
+from vitprune.methods.base import Method, MethodData, RunContext, register_method
 from vitprune.methods.star.config import STARConfig
 from vitprune.training.config import TrainConfig
 
@@ -28,12 +28,9 @@ class STAR(Method):
     summary = ("rho", "keep_rates")
     settings = "STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ..."
 
-    def configure(self, settings: dict[str, Any], preset: str) -> STARConfig:
+    def defaults(self, settings: dict[str, Any]) -> dict[str, Any]:
         # rho's default (0.7) gives way to a MAC target or hand-set rates.
-        defaults = {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
-        config = build_config(STARConfig, settings, self.name, fixed=self.fixed, defaults=defaults)
-        config.validate()
-        return config
+        return {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
 
     def run(self, model: nn.Module, data: MethodData, config: STARConfig, ctx: RunContext) -> STARReport:
         from vitprune.methods.star.pipeline import run_star
