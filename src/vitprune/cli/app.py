@@ -130,15 +130,14 @@ def _leave_process_group(code: int | None) -> None:
     """Leave the process group a command joined under torchrun: end the process with ``code`` at once
     (:func:`~vitprune.training.distributed.exit_distributed`), or, with ``None`` (an error in flight), destroy the
     group and let the error end the process."""
-    dist = sys.modules.get("torch.distributed")  # never imported by commands that need no group
-    if dist is None or not (dist.is_available() and dist.is_initialized()):
+    if "torch.distributed" not in sys.modules:  # never imported by commands that need no group
         return
-    if code is None:
-        dist.destroy_process_group()
-        return
-    from vitprune.training.distributed import exit_distributed
+    from vitprune.training.distributed import exit_distributed, shutdown_distributed
 
-    exit_distributed(code)
+    if code is None:
+        shutdown_distributed()
+    else:
+        exit_distributed(code)
 
 
 def _rank() -> int:

@@ -88,11 +88,12 @@ def _run(method: Method, *, model: str, out: Path, config: Any, source: ModelSou
     seed = config.seed if seed is None else seed
     training = None
     if method.recipe is not None:
-        training = finetune.training(method.recipe, seed=seed, batch=method.train_batch)
+        recipe = finetune.recipe(method.recipe)
+        training = finetune.training(recipe, seed=seed, batch=method.train_batch)
         config = method.from_command(config, training)
     run_method(method, model, config, out=out, source=source, data=data, speed=speed, output=output, seed=seed)
     if training is not None and not output.json:
-        render_lr(training, finetune.recipe(method.recipe))
+        render_lr(training, recipe)
 
 
 def run_method(method: Method, model: str, config: Any, *, out: Path, source: ModelSource, data: DataSource | None,

@@ -104,12 +104,23 @@ class Inputs:
                               val_split=data.val_split, num_classes=num_classes, new_head=new_head)
 
 
+#: The options of --data (required) and of MODEL's source, by the parameter each group fills.
+_INPUT_GROUPS = {"data": config_options(DataSource, param="data", required=("data",)),
+                 "source": config_options(ModelSource, param="source")}
+
+
+def _grouped(command: F, param: str, build: Callable[..., Any], groups: dict[str, Callable[[F], F]]) -> F:
+    """``command`` whose parameter ``param`` is ``build(**parts)``, each part given its options by its group."""
+    command = bundle(param, build, groups)(command)
+    for group in reversed(groups.values()):
+        command = group(command)
+    return command
+
+
 def input_groups(command: F) -> F:
     """``command`` with MODEL's source (:class:`ModelSource`) and --data (:class:`DataSource`, required), given to its
     parameter ``inputs`` as one :class:`Inputs`."""
-    command = bundle("inputs", Inputs, ("data", "source"))(command)
-    command = config_options(DataSource, param="data", required=("data",))(command)
-    return config_options(ModelSource, param="source")(command)
+    return _grouped(command, "inputs", Inputs, _INPUT_GROUPS)
 
 
 @dataclass
@@ -126,12 +137,9 @@ def run_groups(command: F) -> F:
     """``command`` with the groups of a command that runs a method on data into a run directory, given to its
     parameter ``run`` as one :class:`RunInputs`: ``source`` (:class:`ModelSource`), ``data`` (:class:`DataSource`,
     --data required), ``speed`` (:class:`SpeedConfig`) and ``output`` (:class:`RunOutput`)."""
-    groups = [config_options(ModelSource, param="source"), config_options(DataSource, param="data", required=("data",)),
-              config_options(SpeedConfig, param="speed", prefix="speed_"), config_options(RunOutput, param="output")]
-    command = bundle("run", RunInputs, ("data", "source", "speed", "output"))(command)
-    for group in reversed(groups):
-        command = group(command)
-    return command
+    return _grouped(command, "run", RunInputs, {**_INPUT_GROUPS,
+                                                "speed": config_options(SpeedConfig, param="speed", prefix="speed_"),
+                                                "output": config_options(RunOutput, param="output")})
 
 
 PRETRAINED_OPT = option(ModelSource, "pretrained")

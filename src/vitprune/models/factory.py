@@ -58,8 +58,8 @@ def _resolve(spec: str, *, pretrained: bool, checkpoint: str | os.PathLike | Non
         if checkpoint is not None:
             raise VitpruneError(f"{spec} is a saved model with its own weights; --checkpoint does not apply")
         return load(path)
-    if not any(family.claims(spec) for family in families()) and (
-            os.sep in spec or path.suffix in {".pth", ".pt", ".safetensors", ".bin"}):
+    if (os.sep in spec or path.suffix in {".pth", ".pt", ".safetensors", ".bin"}) and not any(
+            family.claims(spec) for family in families()):
         raise VitpruneError(f"model path {spec} does not exist")
     return create_model(spec, pretrained=pretrained and checkpoint is None, checkpoint=checkpoint)
 

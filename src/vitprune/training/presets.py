@@ -155,11 +155,10 @@ class FinetuneOptions:
         """The recipe the options change: --preset's, else the method's ``own``."""
         return get_preset(self.preset).train if self.preset else own
 
-    def training(self, own: TrainConfig, *, seed: int, batch: int | None = None) -> TrainConfig | None:
-        """The training asked for over :meth:`recipe` (``None``: none, without --epochs or --preset), at --batch-size,
-        else the preset's batch, else ``batch`` (``None``: the recipe's); its lr scaled with the batch
+    def training(self, recipe: TrainConfig, *, seed: int, batch: int | None = None) -> TrainConfig | None:
+        """The training asked for over ``recipe`` (:meth:`recipe`'s) (``None``: none, without --epochs or --preset), at
+        --batch-size, else the preset's batch, else ``batch`` (``None``: the recipe's); its lr scaled with the batch
         (:meth:`TrainConfig.at_batch`) unless --lr is given."""
-        recipe = self.recipe(own)
         epochs = self.epochs if self.epochs is not None else recipe.epochs if self.preset else 0
         if not epochs:
             return None
