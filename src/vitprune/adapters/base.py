@@ -178,6 +178,14 @@ class MlpView:
         """Number of hidden neurons (output width of ``fc1``); ``None`` for a merged MLP."""
         return None if self.merged else self.fc1.out_features
 
+    def select_embed(self, keep: Sequence[int]) -> tuple[nn.Linear, nn.Linear | None]:
+        """New ``fc1`` and ``fc2`` (``None`` where merged) for an embedding that keeps only channels ``keep``: they read
+        and write those channels alone."""
+        keep = list(keep)
+        if self.merged:
+            return slice_linear(self.fc1, out_idx=keep, in_idx=keep), None
+        return slice_linear(self.fc1, in_idx=keep), slice_linear(self.fc2, out_idx=keep)
+
 
 @dataclass(frozen=True)
 class TokenHead:

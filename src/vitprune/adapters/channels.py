@@ -1,4 +1,5 @@
-"""Helpers every adapter uses to check modules and to cut channels out of the residual stream."""
+"""Helpers every adapter uses to check modules, to install edited parts and to cut channels out of the residual
+stream."""
 
 from __future__ import annotations
 
@@ -25,6 +26,44 @@ def parameters_named(owner: nn.Module, names: tuple[str, ...]) -> list[nn.Parame
     """The parameters ``owner`` has among ``names``, in that order (a missing or ``None`` one is left out)."""
     params = (getattr(owner, name, None) for name in names)
     return [p for p in params if isinstance(p, nn.Parameter)]
+
+
+def linear_modules(*modules: nn.Module | None) -> list[nn.Module]:
+    """The ``modules`` that are ``nn.Linear``, in order (a classifier's heads, without identities and ``None``)."""
+    return [m for m in modules if isinstance(m, nn.Linear)]
+
+
+def set_mlp_linears(mlp: nn.Module, path: str, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
+    """Install new linears in the ``fc1 → activation → fc2`` MLP at ``path`` (timm's ``Mlp``, transformers' ViT MLP;
+    ``fc2=None``: the single Linear of a merged one, whose ``fc2`` is an identity)."""
+    merged = isinstance(mlp.fc2, nn.Identity)
+    if (fc2 is None) != merged:
+        raise ValueError(f"{path}: " + ("is merged, so it takes a single Linear" if merged else
+                                        "is not merged; merge it with merge_mlp"))
+    if fc2 is not None and fc1.out_features != fc2.in_features:
+        raise ValueError(f"{path}: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
+    mlp.fc1 = fc1
+    if fc2 is not None:
+        mlp.fc2 = fc2
+
+
+def set_prenorm(path: str, block: nn.Module, position: int, norm: nn.Module,
+                names: tuple[str, str] = ("norm1", "norm2")) -> None:
+    """Install ``norm`` as the first (``position=1``) or second of ``names`` of the pre-norm block at ``path``, which
+    must have that norm (a removed attention may have left none)."""
+    if position not in (1, 2):
+        raise ValueError(f"norm position must be 1 or 2, got {position}")
+    name = names[position - 1]
+    if getattr(block, name) is None:
+        raise ValueError(f"{path} has no {name}")
+    setattr(block, name, norm)
+
+
+def slice_head_inputs(heads: list[nn.Module], keep: list[int]) -> None:
+    """Make the classifier ``heads`` (linears) read only embedding channels ``keep``."""
+    for head in heads:
+        slice_parameter(head, "weight", 1, keep)
+        head.in_features = len(keep)
 
 
 def keep_channels(tensor: torch.Tensor, dim: int, keep: list[int]) -> torch.Tensor:

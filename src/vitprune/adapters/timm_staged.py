@@ -8,7 +8,8 @@ from timm.data import resolve_model_data_config
 from torch import nn
 
 from vitprune.adapters.base import ViTAdapter
-from vitprune.adapters.timm_vit import TimmModel, set_mlp_activation, set_mlp_linears
+from vitprune.adapters.channels import set_mlp_linears
+from vitprune.adapters.timm_vit import TimmModel, set_mlp_activation
 
 
 class TimmStagedAdapter(TimmModel, ViTAdapter):

@@ -29,7 +29,8 @@ from vitprune.adapters.base import (
 )
 from vitprune.adapters.channels import reject, slice_parameter, unwrap
 from vitprune.adapters.timm_staged import TimmStagedAdapter
-from vitprune.adapters.timm_vit import check_blocks, merge_mlp_linear, set_prenorm
+from vitprune.adapters.channels import set_prenorm
+from vitprune.adapters.timm_vit import check_blocks, merge_mlp_linear
 
 
 class SwinDepthBlock(nn.Module):

@@ -17,8 +17,8 @@ from vitprune.adapters.base import (
 )
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output)
-from vitprune.adapters.channels import (parameters_named, reject, slice_conv_outputs, slice_norm, slice_parameter,
-                                         unwrap)
+from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
+                                         slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
 from vitprune.errors import VitpruneError
 from vitprune.linear import slice_linear
 
@@ -65,19 +65,6 @@ class TimmModel:
         return timm_data_config(self.model)
 
 
-def set_mlp_linears(mlp: nn.Module, path: str, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-    """Install new linears in timm's ``Mlp`` at ``path`` (``fc2=None``: the single Linear of a merged one)."""
-    merged = isinstance(mlp.fc2, nn.Identity)
-    if (fc2 is None) != merged:
-        raise ValueError(f"{path}: " + ("is merged, so it takes a single Linear" if merged else
-                                        "is not merged; merge it with merge_mlp"))
-    if fc2 is not None and fc1.out_features != fc2.in_features:
-        raise ValueError(f"{path}: fc1 gives {fc1.out_features} features, fc2 takes {fc2.in_features}")
-    mlp.fc1 = fc1
-    if fc2 is not None:
-        mlp.fc2 = fc2
-
-
 def merge_mlp_linear(mlp: nn.Module, linear: nn.Linear) -> None:
     """Make timm's ``Mlp`` the one Linear ``linear``."""
     # timm's Mlp runs fc1 -> act -> drop1 -> norm -> fc2 -> drop2; with identities it is exactly `linear`.
@@ -89,16 +76,6 @@ def set_mlp_activation(mlp: nn.Module, path: str, act: nn.Module) -> None:
     if isinstance(mlp.fc2, nn.Identity):
         raise ValueError(f"{path} is merged and has no activation")
     mlp.act = act
-
-
-def set_prenorm(path: str, block: nn.Module, position: int, norm: nn.Module) -> None:
-    """Install ``norm`` as ``norm1`` (``position=1``) or ``norm2`` of the pre-norm block at ``path``, which must have
-    that norm (a removed attention may have left none)."""
-    if position not in (1, 2):
-        raise ValueError(f"norm position must be 1 or 2, got {position}")
-    if getattr(block, f"norm{position}") is None:
-        raise ValueError(f"{path} has no norm{position}")
-    setattr(block, f"norm{position}", norm)
 
 
 def check_blocks(blocks: Iterable[tuple[str, nn.Module]], kinds: tuple[type, ...], kind: str,
@@ -246,8 +223,7 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         return parameters_named(self.model, _TOKEN_PARAMETERS)
 
     def classifier_heads(self) -> list[nn.Module]:
-        heads = [self.model.head, getattr(self.model, "head_dist", None)]
-        return [h for h in heads if isinstance(h, nn.Linear)]
+        return linear_modules(self.model.head, getattr(self.model, "head_dist", None))
 
     def set_num_classes(self, num_classes: int) -> None:
         self.model.reset_classifier(num_classes)  # distilled DeiT's and LV-ViT's replace their second heads too
@@ -336,9 +312,7 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
             slice_parameter(model, name, 2, keep)
         for name in ("norm_pre", "norm", "fc_norm"):
             setattr(model, name, slice_norm(getattr(model, name), keep, name))
-        for head in self.classifier_heads():
-            slice_parameter(head, "weight", 1, keep)
-            head.in_features = len(keep)
+        slice_head_inputs(self.classifier_heads(), keep)
         for view in self.blocks():
             self._prune_block_embed_dims(view, keep)
         model.embed_dim = model.num_features = model.head_hidden_size = len(keep)
@@ -352,12 +326,7 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         if view.attn is not None:
             (view.attn.module.qkv,) = view.attn.qkv.select_inputs(keep)
             view.attn.module.proj = slice_linear(view.attn.proj, out_idx=keep)
-        mlp = view.mlp
-        if mlp.merged:
-            mlp.module.fc1 = slice_linear(mlp.fc1, out_idx=keep, in_idx=keep)
-        else:
-            mlp.module.fc1 = slice_linear(mlp.fc1, in_idx=keep)
-            mlp.module.fc2 = slice_linear(mlp.fc2, out_idx=keep)
+        set_mlp_linears(view.mlp.module, f"{path}.mlp", *view.mlp.select_embed(keep))
 
     def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
         block = self.model.blocks[index]
@@ -384,8 +353,4 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         block = self.model.blocks[index]
         if not isinstance(block, TokenPruneBlock):
             raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
-        if prior.shape != block.inter.shape:
-            raise VitpruneError(f"block {index}: a prior of shape {tuple(prior.shape)} for {block.inter.numel()} "
-                                "patches")
-        with torch.no_grad():
-            block.inter.copy_(prior.to(block.inter))
+        block.set_prior(prior, index)

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from vitprune.errors import VitpruneError
+
 
 def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
                       key_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -78,6 +80,14 @@ class TokenSelection(nn.Module):
         self.adaptive = adaptive
         self.register_buffer("inter", torch.ones(num_patches))
 
+
+    def set_prior(self, prior: torch.Tensor, index: int) -> None:
+        """Install the per-position prior ``inter`` (one value per patch) of block ``index``."""
+        if prior.shape != self.inter.shape:
+            raise VitpruneError(f"block {index}: a prior of shape {tuple(prior.shape)} for {self.inter.numel()} "
+                                "patches")
+        with torch.no_grad():
+            self.inter.copy_(prior.to(self.inter))
     def keep_count(self, patches: int) -> int:
         """Patch tokens STAR keeps out of ``patches`` entering: ``ceil(keep_rate · patches)``, at least 1."""
         # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.

@@ -19,8 +19,8 @@ from vitprune.adapters.base import (
     QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, EmbedWidth, FFNWidth, Gates, HeadWidth,
     LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
 )
-from vitprune.adapters.channels import (parameters_named, reject, slice_conv_outputs, slice_norm, slice_parameter,
-                                         unwrap)
+from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
+                                         slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
 from vitprune.adapters.hf.hub import write_pretrained
 from vitprune.adapters.hf.modules import (
     ATTENTIONS, LAYERS, MLPS, HFBlock, HFImageClassifier, HFTokenPruneBlock, HFVariableHeadAttention,
@@ -184,8 +184,8 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
 
     def classifier_heads(self) -> list[nn.Module]:
         hf = self.model.hf
-        heads = [hf.cls_classifier, hf.distillation_classifier] if self._teacher else [hf.classifier]
-        return [h for h in heads if isinstance(h, nn.Linear)]
+        return linear_modules(hf.cls_classifier, hf.distillation_classifier) if self._teacher else \
+            linear_modules(hf.classifier)
 
     def set_num_classes(self, num_classes: int) -> None:
         hf = self.model.hf
@@ -228,17 +228,7 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
         attn.num_attention_heads, attn.head_dim = num_heads, head_dim
 
     def set_mlp(self, index: int, fc1: nn.Linear, fc2: nn.Linear | None) -> None:
-        mlp = self._layers[index].mlp
-        merged = isinstance(mlp.fc2, nn.Identity)
-        if (fc2 is None) != merged:
-            raise ValueError(f"{self._prefix}.layers.{index}.mlp: " + (
-                "is merged, so it takes a single Linear" if merged else "is not merged; merge it with merge_mlp"))
-        if fc2 is not None and fc1.out_features != fc2.in_features:
-            raise ValueError(f"{self._prefix}.layers.{index}.mlp: fc1 gives {fc1.out_features} features, fc2 takes "
-                             f"{fc2.in_features}")
-        mlp.fc1 = fc1
-        if fc2 is not None:
-            mlp.fc2 = fc2
+        set_mlp_linears(self._layers[index].mlp, f"{self._prefix}.layers.{index}.mlp", fc1, fc2)
 
     def merge_mlp(self, index: int, linear: nn.Linear) -> None:
         mlp = self._layers[index].mlp
@@ -250,13 +240,8 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
         layer.attention, layer.layernorm_before = None, norm
 
     def set_norm(self, index: int, position: int, norm: nn.Module) -> None:
-        if position not in (1, 2):
-            raise ValueError(f"norm position must be 1 or 2, got {position}")
-        name = ("layernorm_before", "layernorm_after")[position - 1]
-        layer = self._layers[index]
-        if getattr(layer, name) is None:
-            raise ValueError(f"{self._prefix}.layers.{index} has no {name}")
-        setattr(layer, name, norm)
+        set_prenorm(f"{self._prefix}.layers.{index}", self._layers[index], position, norm,
+                    names=("layernorm_before", "layernorm_after"))
 
     def set_output_activation(self, index: int, act: nn.Module) -> None:
         self._block(index).act = act
@@ -288,9 +273,7 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
         for name in (*_TOKEN_PARAMETERS, "mask_token"):
             slice_parameter(emb, name, 2, keep)
         self._base.layernorm = slice_norm(self._base.layernorm, keep, f"{self._prefix}.layernorm")
-        for head in self.classifier_heads():
-            slice_parameter(head, "weight", 1, keep)
-            head.in_features = len(keep)
+        slice_head_inputs(self.classifier_heads(), keep)
         for view in self.blocks():
             layer, path = view.module, view.name
             layer.layernorm_before = slice_norm(layer.layernorm_before, keep, f"{path}.layernorm_before")
@@ -299,12 +282,7 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
                 a = view.attn.module
                 a.q_proj, a.k_proj, a.v_proj = view.attn.qkv.select_inputs(keep)
                 a.o_proj = slice_linear(a.o_proj, out_idx=keep)
-            mlp = view.mlp
-            if mlp.merged:
-                mlp.module.fc1 = slice_linear(mlp.fc1, out_idx=keep, in_idx=keep)
-            else:
-                mlp.module.fc1 = slice_linear(mlp.fc1, in_idx=keep)
-                mlp.module.fc2 = slice_linear(mlp.fc2, out_idx=keep)
+            set_mlp_linears(view.mlp.module, f"{path}.mlp", *view.mlp.select_embed(keep))
         self.model.hf.config.hidden_size = len(keep)
 
     def save_native(self, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
@@ -330,11 +308,7 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
         layer = self._layers[index]
         if not isinstance(layer, HFTokenPruneBlock):
             raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
-        if prior.shape != layer.inter.shape:
-            raise VitpruneError(f"block {index}: a prior of shape {tuple(prior.shape)} for {layer.inter.numel()} "
-                                "patches")
-        with torch.no_grad():
-            layer.inter.copy_(prior.to(layer.inter))
+        layer.set_prior(prior, index)
 
 
 #: PIL's resampling filters by number, as transformers' image processors record them.
