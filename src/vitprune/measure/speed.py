@@ -13,7 +13,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,10 +49,31 @@ class Spread:
         """Interquartile range."""
         return self.q3 - self.q1
 
+    def fields(self, key: Callable[[str], str]) -> dict[str, float]:
+        """The statistics as JSON fields, named by ``key`` from ``median``, ``q1``, ``q3``, ``min`` and ``max``."""
+        return {key(stat): getattr(self, stat) for stat in ("median", "q1", "q3", "min", "max")}
+
+    def describe(self, fmt: str) -> str:
+        """``IQR q1-q3, min m, max M``, each number in format ``fmt``."""
+        return f"IQR {self.q1:{fmt}}-{self.q3:{fmt}}, min {self.min:{fmt}}, max {self.max:{fmt}}"
+
+
+class _Sampled:
+    """A measurement repeated many times; the dataclass field named :attr:`_SAMPLES` holds the samples."""
+
+    _SAMPLES: ClassVar[str]
+
+    @property
+    def spread(self) -> Spread:
+        """Median and spread of the samples."""
+        return Spread.of(getattr(self, self._SAMPLES))
+
 
 @dataclass(frozen=True)
-class SpeedResult:
+class SpeedResult(_Sampled):
     """Timings of repeated forward passes of one batch; times are milliseconds per batch."""
+
+    _SAMPLES = "samples_ms"
 
     samples_ms: list[float]
     warmup: int
@@ -64,11 +85,6 @@ class SpeedResult:
     def batch_size(self) -> int:
         """Images per forward pass."""
         return self.context.batch_size
-
-    @property
-    def spread(self) -> Spread:
-        """Median and spread of the samples."""
-        return Spread.of(self.samples_ms)
 
     @property
     def latency_ms(self) -> float:
@@ -85,12 +101,8 @@ class SpeedResult:
         s = self.spread
         return {
             "latency_ms": s.median,
-            "median_ms": s.median,
-            "q1_ms": s.q1,
-            "q3_ms": s.q3,
+            **s.fields(lambda stat: f"{stat}_ms"),
             "iqr_ms": s.iqr,
-            "min_ms": s.min,
-            "max_ms": s.max,
             "throughput": self.throughput,
             "batch_size": self.batch_size,
             "repeats": len(self.samples_ms),
@@ -104,27 +116,24 @@ class SpeedResult:
         """One line: median with spread, throughput, and where it was measured."""
         s, c = self.spread, self.context
         other = "" if self.other_load is None else f"; other processes used {self.other_load:.0%} of the CPU"
-        return (f"{s.median:.2f} ms median (IQR {s.q1:.2f}-{s.q3:.2f}, min {s.min:.2f}, max {s.max:.2f}; "
-                f"{len(self.samples_ms)} runs), {self.throughput:.1f} img/s at batch {c.batch_size}, "
-                f"{c.dtype} on {c.device_name} ({c.threads} threads{other})")
+        return (f"{s.median:.2f} ms median ({s.describe('.2f')}; {len(self.samples_ms)} runs), "
+                f"{self.throughput:.1f} img/s at batch {c.batch_size}, {c.dtype} on {c.device_name} "
+                f"({c.threads} threads{other})")
 
     def __str__(self) -> str:
         return self.summary()
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(_Sampled):
     """Paired timings of model A and model B; ``speedup`` is how many times faster A is than B."""
+
+    _SAMPLES = "ratios"
 
     a: SpeedResult
     b: SpeedResult
     #: Per pair, time of B / time of A (> 1: A is faster).
     ratios: list[float]
-
-    @property
-    def spread(self) -> Spread:
-        """Median and spread of the per-pair speedups."""
-        return Spread.of(self.ratios)
 
     @property
     def speedup(self) -> float:
@@ -135,11 +144,7 @@ class Comparison:
         """JSON-ready form; ``speedup`` = median of time(B) / time(A) over pairs."""
         s = self.spread
         return {
-            "speedup": s.median,
-            "speedup_q1": s.q1,
-            "speedup_q3": s.q3,
-            "speedup_min": s.min,
-            "speedup_max": s.max,
+            **s.fields(lambda stat: "speedup" if stat == "median" else f"speedup_{stat}"),
             "pairs": len(self.ratios),
             "ratios": list(self.ratios),
             "a": self.a.to_dict(),
@@ -149,8 +154,7 @@ class Comparison:
     def summary(self) -> str:
         """One line: the speedup with its spread over pairs."""
         s = self.spread
-        return (f"speedup {s.median:.3f}x (time B / time A; IQR {s.q1:.3f}-{s.q3:.3f}, "
-                f"min {s.min:.3f}, max {s.max:.3f}; {len(self.ratios)} alternating pairs)")
+        return f"speedup {s.median:.3f}x (time B / time A; {s.describe('.3f')}; {len(self.ratios)} alternating pairs)"
 
     def __str__(self) -> str:
         return self.summary()

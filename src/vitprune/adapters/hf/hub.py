@@ -85,8 +85,8 @@ def _preprocessing(source: str, local_files_only: bool) -> dict[str, Any] | None
 
 
 def write_pretrained(adapter: ViTAdapter, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
-    """Write the adapter's pruned classifier as a plain transformers directory (``from_pretrained`` loads it, without vitprune);
-    returns the largest difference between the reloaded model's logits and ``model``'s on random images.
+    """Write the adapter's pruned classifier as a plain transformers directory (``from_pretrained`` loads it, without
+    vitprune); returns the largest difference between the reloaded model's logits and ``model``'s on random images.
 
     transformers' config describes one shape for every layer: width, heads, head dim and FFN width. A model whose
     layers all still have attention and activation and share those widths (uniform width pruning) fits; one with
