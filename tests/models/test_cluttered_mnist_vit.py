@@ -11,7 +11,7 @@ import vitprune.models.cluttered_mnist
 import vitprune.models.zoo
 from vitprune.adapters import get_adapter
 from vitprune.cache import cache_dir
-from vitprune.data import CLUTTERED_MNIST_INPUT_SIZE
+from vitprune.data import CLUTTERED_MNIST
 from vitprune.errors import VitpruneError
 from vitprune.models import VITPRUNE_MODELS, create_model
 from vitprune.models.cluttered_mnist import (
@@ -30,8 +30,8 @@ def test_builder_has_the_declared_structure():
     model = build_cluttered_mnist_vit().eval()
     assert type(model) is VisionTransformer
     adapter = get_adapter(model)
-    assert adapter.input_size == CLUTTERED_MNIST_INPUT_SIZE
-    grid = CLUTTERED_MNIST_INPUT_SIZE[1] // KWARGS["patch_size"]
+    assert adapter.input_size == CLUTTERED_MNIST.input_size
+    grid = CLUTTERED_MNIST.input_size[1] // KWARGS["patch_size"]
     assert adapter.num_prefix_tokens == 1 and adapter.num_tokens == grid * grid + 1
     assert len(adapter.blocks()) == KWARGS["depth"]
     assert adapter.embed_dim == KWARGS["embed_dim"]
@@ -39,7 +39,7 @@ def test_builder_has_the_declared_structure():
     assert {b.mlp.hidden_features for b in adapter.blocks()} == {4 * KWARGS["embed_dim"]}
     assert torch.equal(model.pos_embed[0, 1:].detach(), build_sincos2d_pos_embed([grid, grid], KWARGS["embed_dim"]))
     with torch.no_grad():
-        assert model(torch.zeros(2, *CLUTTERED_MNIST_INPUT_SIZE)).shape == (2, 10)
+        assert model(torch.zeros(2, *CLUTTERED_MNIST.input_size)).shape == (2, 10)
 
 
 def test_recipe_is_a_valid_train_config():

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from vitprune.data.cluttered_mnist import (
-    CLUTTERED_MNIST_INPUT_SIZE,
-    CLUTTERED_MNIST_NUM_CLASSES,
+    CLUTTERED_MNIST,
     ClutteredMnistDataset,
     load_mnist_digits,
 )
@@ -20,27 +19,22 @@ from vitprune.data.datasets import (
     image_folder_classes,
 )
 from vitprune.data.digits import (
-    DIGITS_INPUT_SIZE,
-    DIGITS_MEAN,
-    DIGITS_NUM_CLASSES,
-    DIGITS_STD,
+    DIGITS,
     DigitsDataset,
     load_digits_split,
 )
+from vitprune.data.own import OwnTask
 from vitprune.data.subset import balanced_subset
 
 __all__ = [
     "AUGMENTATIONS",
-    "CLUTTERED_MNIST_INPUT_SIZE",
-    "CLUTTERED_MNIST_NUM_CLASSES",
-    "DIGITS_INPUT_SIZE",
-    "DIGITS_MEAN",
-    "DIGITS_NUM_CLASSES",
-    "DIGITS_STD",
+    "CLUTTERED_MNIST",
+    "DIGITS",
     "NAMED_DATASETS",
     "SPLITS",
     "ClutteredMnistDataset",
     "DigitsDataset",
+    "OwnTask",
     "augmented",
     "balanced_subset",
     "build_dataset",

@@ -27,17 +27,16 @@ from timm.utils import natural_key
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitprune.cache import cache_dir
-from vitprune.data.cluttered_mnist import CLUTTERED_MNIST_INPUT_SIZE, CLUTTERED_MNIST_NUM_CLASSES, ClutteredMnistDataset
-from vitprune.data.digits import DIGITS_INPUT_SIZE, DIGITS_NUM_CLASSES, DigitsDataset
+from vitprune.data.cluttered_mnist import CLUTTERED_MNIST, ClutteredMnistDataset
+from vitprune.data.digits import DIGITS, DigitsDataset
 from vitprune.errors import VitpruneError, VitpruneWarning
 
 SPLITS = ("train", "val")
 
 #: spec -> (timm dataset name, display name)
 _CIFAR = {"cifar10": ("torch/cifar10", "CIFAR-10"), "cifar100": ("torch/cifar100", "CIFAR-100")}
-#: vitprune's own datasets, which draw (and augment) their own images: spec -> (input size, dataset class, classes)
-_OWN = {"digits": (DIGITS_INPUT_SIZE, DigitsDataset, DIGITS_NUM_CLASSES),
-        "cluttered-mnist": (CLUTTERED_MNIST_INPUT_SIZE, ClutteredMnistDataset, CLUTTERED_MNIST_NUM_CLASSES)}
+#: vitprune's own datasets, which draw (and augment) their own images: spec -> (task, dataset class)
+_OWN = {"digits": (DIGITS, DigitsDataset), "cluttered-mnist": (CLUTTERED_MNIST, ClutteredMnistDataset)}
 NAMED_DATASETS = (*_OWN, *_CIFAR)
 
 #: Image mode timm decodes to, by channel count of the model input.
@@ -107,12 +106,12 @@ def build_dataset(
     if val_split is not None and spec in NAMED_DATASETS:
         raise VitpruneError(f"--val-split splits a flat image folder; {spec} has its own train and val splits")
     if spec in _OWN:
-        own_size, dataset_class, count = _OWN[spec]
-        if input_size != own_size:
-            raise VitpruneError(f"{spec} images are {_fmt(own_size)} but the model expects {_fmt(input_size)}")
+        task, dataset_class = _OWN[spec]
+        if input_size != task.input_size:
+            raise VitpruneError(f"{spec} images are {_fmt(task.input_size)} but the model expects {_fmt(input_size)}")
         _check_own(spec, wanted)
         own = dataset_class(split, augment=is_training)
-        _labelled(own, _named(spec, [str(c) for c in range(count)], classes))
+        _labelled(own, _named(spec, [str(c) for c in range(task.num_classes)], classes))
         return _record(own, _TransformSpec(None, is_training, None, (), spec))
     if wanted and not is_training:
         raise VitpruneError(f"random augmentation ({_describe(wanted)}) applies to training transforms only")

@@ -14,14 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from vitprune.data.own import OwnTask
 from vitprune.errors import VitpruneError
 
-#: (channels, height, width) of every digits image.
-DIGITS_INPUT_SIZE: tuple[int, int, int] = (1, 32, 32)
-DIGITS_NUM_CLASSES = 10
-#: Pixel mean and std of the upscaled training images in [0, 1] (fixed so normalisation never drifts).
-DIGITS_MEAN = 0.3054
-DIGITS_STD = 0.3237
+#: The digits task: 1x32x32 images of 10 classes, normalised by the upscaled training images' pixel statistics.
+DIGITS = OwnTask(input_size=(1, 32, 32), num_classes=10, mean=0.3054, std=0.3237)
 #: Fraction of the images held out for validation, and the seed of that split.
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
@@ -40,8 +37,8 @@ def _load_all() -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     digits = load_digits()
     labels = torch.from_numpy(digits.target).long()
     images = torch.from_numpy(digits.images).float().div_(16.0).unsqueeze(1)  # raw pixels are 0..16
-    images = F.interpolate(images, size=DIGITS_INPUT_SIZE[1:], mode="bilinear", align_corners=False)
-    images = (images - DIGITS_MEAN) / DIGITS_STD
+    images = F.interpolate(images, size=DIGITS.input_size[1:], mode="bilinear", align_corners=False)
+    images = DIGITS.normalise(images)
     train_idx, val_idx = train_test_split(
         torch.arange(len(labels)).numpy(),
         test_size=DIGITS_VAL_FRACTION,
@@ -79,7 +76,7 @@ class DigitsDataset(Dataset):
         self.augment = augment
         if augment:
             # Padding once up front turns every shift into a cheap crop of the padded image.
-            background = (0.0 - DIGITS_MEAN) / DIGITS_STD
+            background = DIGITS.normalise(0.0)
             images = F.pad(images, (DIGITS_MAX_SHIFT,) * 4, value=background)
         self.images = images
         self.generator = generator
@@ -91,6 +88,6 @@ class DigitsDataset(Dataset):
         image = self.images[index]
         if self.augment:
             top, left = torch.randint(0, 2 * DIGITS_MAX_SHIFT + 1, (2,), generator=self.generator).tolist()
-            _, height, width = DIGITS_INPUT_SIZE
+            _, height, width = DIGITS.input_size
             image = image[:, top : top + height, left : left + width]
         return image, int(self.labels[index])

@@ -6,19 +6,15 @@ DeiT's structure (class token, pre-norm blocks, GELU MLPs with ratio 4) at width
 
 from __future__ import annotations
 
-from vitprune.data.cluttered_mnist import (
-    CLUTTERED_MNIST_INPUT_SIZE,
-    CLUTTERED_MNIST_NUM_CLASSES,
-    ClutteredMnistDataset,
-)
+from vitprune.data.cluttered_mnist import CLUTTERED_MNIST, ClutteredMnistDataset
 from vitprune.models.embedded import embedded_model
 
 #: Constructor kwargs of timm's ``VisionTransformer`` for the cluttered-MNIST model.
 CLUTTERED_MNIST_VIT_KWARGS: dict = {
-    "img_size": CLUTTERED_MNIST_INPUT_SIZE[1],
+    "img_size": CLUTTERED_MNIST.input_size[1],
     "patch_size": 5,
-    "in_chans": CLUTTERED_MNIST_INPUT_SIZE[0],
-    "num_classes": CLUTTERED_MNIST_NUM_CLASSES,
+    "in_chans": CLUTTERED_MNIST.input_size[0],
+    "num_classes": CLUTTERED_MNIST.num_classes,
     "embed_dim": 128,
     "depth": 8,
     "num_heads": 4,

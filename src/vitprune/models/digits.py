@@ -6,15 +6,15 @@ It has the structure of a real DeiT (class token, pre-norm blocks, GELU MLPs wit
 
 from __future__ import annotations
 
-from vitprune.data.digits import DIGITS_INPUT_SIZE, DIGITS_NUM_CLASSES, DigitsDataset
+from vitprune.data.digits import DIGITS, DigitsDataset
 from vitprune.models.embedded import embedded_model
 
 #: Constructor kwargs of timm's ``VisionTransformer`` for the digits model.
 DIGITS_VIT_KWARGS: dict = dict(
-    img_size=DIGITS_INPUT_SIZE[1],
+    img_size=DIGITS.input_size[1],
     patch_size=4,
-    in_chans=DIGITS_INPUT_SIZE[0],
-    num_classes=DIGITS_NUM_CLASSES,
+    in_chans=DIGITS.input_size[0],
+    num_classes=DIGITS.num_classes,
     embed_dim=48,
     depth=12,
     num_heads=3,

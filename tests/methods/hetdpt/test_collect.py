@@ -10,7 +10,7 @@ import torch
 
 import vitprune
 from vitprune.adapters import get_adapter
-from vitprune.data import DIGITS_INPUT_SIZE, balanced_subset, build_dataset, build_loader
+from vitprune.data import DIGITS, balanced_subset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt import collect, collect_predictor_data, transfer_entropy
 from vitprune.training import TrainConfig, Trainer
@@ -35,8 +35,8 @@ def _tiny(depth: int = 3) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def data():
     """Augmented training images (so the TE images are drawn with random shifts) and a validation subset."""
-    train = balanced_subset(build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE), 64, seed=0)
-    val = balanced_subset(build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE), 50, seed=0)
+    train = balanced_subset(build_dataset("digits", "train", input_size=DIGITS.input_size), 64, seed=0)
+    val = balanced_subset(build_dataset("digits", "val", input_size=DIGITS.input_size), 50, seed=0)
     return train, val
 
 
@@ -163,8 +163,8 @@ def test_bad_resume_points(run, data):
 
 @pytest.mark.slow
 def test_trained_model_recovers_after_each_removal(trained_digits):
-    train = build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE)
-    val = build_dataset("digits", "val", input_size=DIGITS_INPUT_SIZE)
+    train = build_dataset("digits", "train", input_size=DIGITS.input_size)
+    val = build_dataset("digits", "val", input_size=DIGITS.input_size)
     config = TrainConfig(epochs=1, lr=5e-4, batch_size=64)
     points = collect_predictor_data(trained_digits, balanced_subset(train, 512, seed=0), val, max_attention=2,
                                     max_activation=2, interleaved_rounds=1, finetune=config, te_images=256)
@@ -177,7 +177,7 @@ def test_trained_model_recovers_after_each_removal(trained_digits):
 def test_te_images_come_from_te_set_without_augmentation(data):
     """TE sees the training images through the evaluation transform (``te_set``), not the augmented images the fast
     fine-tunes train on."""
-    plain = balanced_subset(build_dataset("digits", "train", input_size=DIGITS_INPUT_SIZE, is_training=False), 64,
+    plain = balanced_subset(build_dataset("digits", "train", input_size=DIGITS.input_size, is_training=False), 64,
                             seed=0)
     settings = dict(SETTINGS, max_attention=1, max_activation=0, interleaved_rounds=0)
     _, calls = _collect(data, _tiny(), settings, te_set=plain)
