@@ -11,6 +11,7 @@ import vitprune
 import vitprune.adapters as adapters
 from vitprune.adapters import CAPABILITIES, TimmViTAdapter, get_adapter
 from vitprune.errors import UnsupportedArchitectureError
+from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.hetdpt.pipeline import run_hetdpt
 from vitprune.methods.hiap import run_hiap
 from vitprune.methods.star.pipeline import STARConfig, run_star
@@ -44,7 +45,7 @@ def limited(monkeypatch):
      "remove attention sublayers and train gates on its sublayers, heads and neurons"),
     ("HiAP", lambda m, d: run_hiap(m, None, None, run_dir=d, train=TrainConfig(epochs=1)),
      "train gates on its sublayers, heads and neurons"),
-    ("STAR", lambda m, d: run_star(m, None, None, run_dir=d, config=STARConfig(alpha=0.5)),
+    ("STAR", lambda m, d: run_star(m, MethodData(None, None), STARConfig(alpha=0.5), RunContext(d)),
      "propagate LRP relevance through its blocks"),
 ])
 def test_a_method_refuses_what_the_family_lacks(limited, tmp_path, method, call, lacking):

@@ -105,7 +105,7 @@ def received(monkeypatch):
     monkeypatch.setattr(methods, "show_report", lambda *a: None)
     for method in ("vbp", "star"):
         monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
-                            lambda *a, config, **_: calls.update(config=config))
+                            lambda model, data, config, ctx: calls.update(config=config))
     monkeypatch.setattr("vitprune.methods.hiap.pipeline.run_hiap", lambda *a, **k: calls.update(k))
     monkeypatch.setattr("vitprune.methods.hetdpt.pipeline.run_hetdpt", lambda *a, **k: calls.update(k))
     # What depth's and width's titles read of a report.

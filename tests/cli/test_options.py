@@ -125,7 +125,7 @@ def test_an_old_option_name_still_works_and_warns(capsys, monkeypatch, method, a
 
     calls = {}
     monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
-                        lambda *a, config, **_: calls.update(config=config))
+                        lambda model, data, config, ctx: calls.update(config=config))
     monkeypatch.setattr(methods, "load_inputs", lambda *a, **k: (None, {}))
     monkeypatch.setattr(methods, "show_report", lambda *a: None)
     code, _, err = run(capsys, "prune", method, "digits-vit", "--data", "digits", *argv, "--out", "unused")

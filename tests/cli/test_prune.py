@@ -281,7 +281,7 @@ def handed(monkeypatch):
     calls: dict = {}
     for method in ("vbp", "star"):
         monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
-                            lambda *a, config, **_: calls.update(config=config))
+                            lambda model, data, config, ctx: calls.update(config=config))
     monkeypatch.setattr("vitprune.methods.hiap.pipeline.run_hiap", lambda *a, **k: calls.update(k))
     monkeypatch.setattr(methods, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
                                                                            "calibration": None}))

@@ -71,8 +71,20 @@ class RunContext:
     #: Called with each training epoch's figures, by methods that train.
     on_epoch: Callable[[dict[str, Any]], None] | None = None
 
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+
+    def device_for(self, model: nn.Module) -> torch.device:
+        """Where the run computes: :attr:`device`, else under torchrun this process's, else ``model``'s."""
+        import torch
+
+        if self.device is not None:
+            return torch.device(self.device)
+        return self.dist.device if self.dist is not None else next(model.parameters()).device
+
     def pipeline_options(self) -> dict[str, Any]:
-        """The keyword arguments every run-directory pipeline (``run_vbp``, ``run_star``, ...) takes alike."""
+        """The keyword arguments of the run-directory pipelines that take no context (``run_hetdpt``, ``run_hiap``,
+        ``run_chain``)."""
         return {"run_dir": self.run_dir, "device": self.device, "progress": self.progress, "log": self.log,
                 "resume": self.resume, "speed": self.speed, "dist": self.dist}
 

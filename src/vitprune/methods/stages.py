@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from vitprune.recipe import RUN_MODEL_DIR, save
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main, shard_dataset
 from vitprune.training.engine import logged_epochs
+
+if TYPE_CHECKING:
+    from vitprune.methods.base import RunContext
 
 T = TypeVar("T")
 E = TypeVar("E", bound=EditReport)
@@ -117,6 +120,15 @@ def prepare_run_dir(run_dir: str | Path, resume: bool, start: nn.Module | None =
 
     on_main(create)
     return run_dir
+
+
+def open_run(model: nn.Module, ctx: RunContext, *, seed: int) -> tuple[Path, torch.device, Stages]:
+    """Start the run ``ctx`` describes from ``model``: its run directory (:func:`prepare_run_dir`), its device
+    (:meth:`RunContext.device_for`, where ``model`` is moved) and its stages, announced through ``ctx.log``."""
+    run_dir = prepare_run_dir(ctx.run_dir, ctx.resume, start=model, seed=seed)
+    device = ctx.device_for(model)
+    model.to(device)
+    return run_dir, device, Stages(ctx.log)
 
 
 def weights_fingerprint(model: nn.Module) -> str:

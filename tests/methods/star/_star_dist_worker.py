@@ -13,6 +13,7 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
+from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.stages import calibration_loader
 from vitprune.methods.star import pipeline
 from vitprune.methods.star.lrp import inter_layer_scores
@@ -61,14 +62,14 @@ def _main(out: Path) -> None:
 
     pipeline.apply_keep_rates = spy
     run_dir = out / f"run{ctx.rank}"
-    report = pipeline.run_star(model, calibration, val, calibration_set=calibration, run_dir=run_dir, config=STAR,
-                               speed=SPEED, dist=ctx)
+    report = pipeline.run_star(model, MethodData(calibration, val, calibration), STAR,
+                               RunContext(run_dir, speed=SPEED, dist=ctx))
     # prepare_run_dir creates rank 0's directory only, so rank 1's may not exist.
     result["written"] = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
     # Rank 1's directory holds no statistics: resuming there works only if rank 0's reach it.
     pipeline.average_cosine_similarity = pipeline.inter_layer_scores = disabled
-    resumed = pipeline.run_star(model, calibration, val, calibration_set=calibration, run_dir=run_dir, config=STAR,
-                                speed=SPEED, dist=ctx, resume=True)
+    resumed = pipeline.run_star(model, MethodData(calibration, val, calibration), STAR,
+                                RunContext(run_dir, resume=True, speed=SPEED, dist=ctx))
     result.update(report={"acs": report.acs, "rho": report.rho, "keep_rates": report.keep_rates},
                   resumed_acs=resumed.acs, applied=applied)
     torch.save(result, out / f"rank{ctx.rank}.pt")

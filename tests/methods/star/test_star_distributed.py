@@ -10,8 +10,9 @@ from _star_dist_worker import SPEED, STAR, setting, statistics
 from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
-from vitprune.methods.stages import START_FILE
 from vitprune.atomic import read_json
+from vitprune.methods.base import MethodData, RunContext
+from vitprune.methods.stages import START_FILE
 from vitprune.methods.star.pipeline import ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, run_star
 
 
@@ -21,8 +22,8 @@ def test_two_processes_shard_the_images_and_reduce_to_one_process_values(tmp_pat
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     model, calibration, val = setting()
     single = statistics(model, calibration, None)
-    report = run_star(model, calibration, val, calibration_set=calibration, run_dir=tmp_path / "single", config=STAR,
-                      speed=SPEED)
+    report = run_star(model, MethodData(calibration, val, calibration), STAR,
+                      RunContext(tmp_path / "single", speed=SPEED))
     prior = load_file(str(tmp_path / "single" / INTER_FILE))["inter"]
     for rank in ranks:
         # The functions themselves: sums over each shard, reduced, then divided by the global count.

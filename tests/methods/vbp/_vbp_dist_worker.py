@@ -15,6 +15,7 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
+from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.depth import DepthConfig, run_depth
 from vitprune.methods.stages import calibration_loader
 from vitprune.methods.vbp import pipeline
@@ -85,8 +86,8 @@ def _main(out: Path) -> None:
     for name, fn in spies(runs).items():
         setattr(pipeline, name, fn)
     run_dir = out / f"run{ctx.rank}"
-    report = pipeline.run_vbp(model, train, val, calibration_set=calibration, run_dir=run_dir, config=VBP,
-                              speed=SPEED, dist=ctx)
+    report = pipeline.run_vbp(model, MethodData(train, val, calibration), VBP,
+                              RunContext(run_dir, speed=SPEED, dist=ctx))
     result["written"] = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else None
     result["saved"] = _weights(vitprune.load(run_dir / pipeline.MODEL_DIR)) if ctx.is_main else None
 
@@ -96,8 +97,8 @@ def _main(out: Path) -> None:
     # Rank 1's directory holds nothing: resuming there works only if rank 0's files reach it. (The fine-tune's
     # checkpoint is read by every rank, so it is left out here: that needs a directory all ranks share.)
     pipeline.mlp_statistics = pipeline.neuron_scores = disabled
-    resumed = pipeline.run_vbp(model, train, val, calibration_set=calibration, run_dir=run_dir,
-                               config=replace(VBP, finetune=None), speed=SPEED, dist=ctx, resume=True)
+    resumed = pipeline.run_vbp(model, MethodData(train, val, calibration), replace(VBP, finetune=None),
+                               RunContext(run_dir, resume=True, speed=SPEED, dist=ctx))
     depth = run_depth(model, DEPTH, out=out / f"depth{ctx.rank}", speed=DEPTH_SPEED, dist=ctx)
     result.update(runs=runs, report=report.to_dict(), resumed=resumed.to_dict(), depth=depth.to_dict())
     torch.save(result, out / f"rank{ctx.rank}.pt")

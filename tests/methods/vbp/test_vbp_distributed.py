@@ -9,8 +9,9 @@ import torch
 from _vbp_dist_worker import DEPTH, DEPTH_SPEED, SPEED, VBP, scores, setting, spies
 from conftest import max_diff, run_torchrun
 
-from vitprune.methods.stages import START_FILE
+from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.depth import run_depth
+from vitprune.methods.stages import START_FILE
 from vitprune.methods.vbp import pipeline
 from vitprune.methods.vbp.pipeline import (
     FINETUNE_DIR,
@@ -41,8 +42,8 @@ def test_two_processes_prune_and_finetune_as_one_and_only_rank_0_writes(tmp_path
     runs: list[dict] = []
     for name, fn in spies(runs).items():
         monkeypatch.setattr(pipeline, name, fn)
-    report = pipeline.run_vbp(model, train, val, calibration_set=calibration, run_dir=tmp_path / "single",
-                              config=VBP, speed=SPEED)
+    report = pipeline.run_vbp(model, MethodData(train, val, calibration), VBP,
+                              RunContext(tmp_path / "single", speed=SPEED))
     (one,) = runs
     for rank in ranks:
         # The criteria themselves: per-rank moments merged, SNIP's gradients summed over the ranks.

@@ -35,8 +35,7 @@ class STAR(Method):
     def run(self, model: nn.Module, data: MethodData, config: STARConfig, ctx: RunContext) -> STARReport:
         from vitprune.methods.star.pipeline import run_star
 
-        return run_star(model, data.train, data.val, config=config, calibration_set=data.calibration,
-                        **ctx.pipeline_options())
+        return run_star(model, data, config, ctx)
 
 
 register_method(STAR())

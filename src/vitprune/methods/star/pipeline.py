@@ -30,10 +30,11 @@ from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
+from vitprune.measure import count_macs
+from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.methods.stages import (
-    Stages, available_images, cached, calibration_loader, finish_run, prepare_run_dir, recover, retention,
+    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
 )
 from vitprune.methods.star.config import STARConfig
 from vitprune.methods.star.lrp import check_lrp, inter_layer_scores
@@ -70,23 +71,19 @@ class STARReport(RunReport):
     config: dict[str, Any]
 
 
-def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
-             config: STARConfig | None = None, calibration_set: Dataset | None = None,
-             device: torch.device | str | None = None, progress: bool = False,
-             log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-             speed: SpeedConfig = SpeedConfig(), dist: DistContext | None = None) -> STARReport:
+def run_star(model: nn.Module, data: MethodData, config: STARConfig | None, ctx: RunContext) -> STARReport:
     """Token-prune a copy of ``model`` the STAR way, optionally fine-tune it; returns the report.
 
-    The ACS and the LRP prior come from ``calibration_set`` (default ``train_set``; the CLI passes
-    the training images with the evaluation transform). Accuracy is top-1 on ``val_set`` for the
-    dense model, right after pruning and after fine-tuning. The model is saved to ``run_dir/model``.
-    With ``dist`` (under torchrun) each process passes over its share of the calibration images,
-    the statistics are reduced over all of them, and only rank 0 writes files.
+    The ACS and the LRP prior come from ``data.calibration`` (default ``data.train``; the CLI passes
+    the training images with the evaluation transform). Accuracy is top-1 on ``data.val`` for the
+    dense model, right after pruning and after fine-tuning (on ``data.train``). The model is saved to
+    ``ctx.run_dir/model``. Under torchrun (``ctx.dist``) each process passes over its share of the
+    calibration images, the statistics are reduced over all of them, and only rank 0 writes files.
     """
     config = config or STARConfig()
     get_adapter(model, needs=config.requires, by="STAR")
     config.validate()
-    speed.validate()
+    ctx.speed.validate()
     if config.target_macs is not None:
         check_reachable(model, config.target_macs)
     blocks = len(get_adapter(model).blocks())
@@ -99,17 +96,15 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
             raise UnsupportedArchitectureError(f"{exc}; --attention-weight 1 (alpha 1 in a chain "
                                                "file) ranks tokens by the online [CLS] attention alone, without the "
                                                "LRP prior") from None
-    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=config.seed)
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    model = model.to(device)
-    stages = Stages(log)
-    calibration = calibration_set if calibration_set is not None else train_set
-    config = available_images(config, calibration, ("acs_images", "lrp_images"), log)
+    run_dir, device, stages = open_run(model, ctx, seed=config.seed)
+    progress, resume, dist = ctx.progress, ctx.resume, ctx.dist
+    calibration = data.calibration_or_train
+    config = available_images(config, calibration, ("acs_images", "lrp_images"), ctx.log)
 
     def loader(images: int):
         return calibration_loader(calibration, images, config.calibration_batch, config.seed, dist=dist)
 
-    val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
+    val_loader = build_loader(data.val, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
     acs, rho, rates = None, config.rho, config.rates
     if rates is None:
@@ -132,13 +127,13 @@ def run_star(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
         "rho": rho, "anchor": config.anchor, "keep_rates": rates, "target_macs": config.target_macs,
         "hand_set": config.rates is not None}))
     top1 = {"dense": dense_top1, **recover(
-        stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
+        stages, pruned, model, data.train, val_loader, config.finetune, val_set=data.val, distill=config.distill,
         alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
         progress=progress, resume=resume, dist=dist)}
     summary = {"rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates}
-    return finish_run(STARReport, pruned, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
+    return finish_run(STARReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed, device=device,
                       progress=progress, top1=top1, metadata={"star": summary},
-                      footprint=_footprint(pruned, val_set, config), **summary, acs=acs, retention=retention(top1),
+                      footprint=_footprint(pruned, data.val, config), **summary, acs=acs, retention=retention(top1),
                       config=config.to_dict())
 
 

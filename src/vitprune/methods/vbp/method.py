@@ -31,8 +31,7 @@ class VBP(Method):
     def run(self, model: nn.Module, data: MethodData, config: VBPConfig, ctx: RunContext) -> VBPReport:
         from vitprune.methods.vbp.pipeline import run_vbp
 
-        return run_vbp(model, data.train, data.val, config=config, calibration_set=data.calibration,
-                       **ctx.pipeline_options())
+        return run_vbp(model, data, config, ctx)
 
 
 register_method(VBP())

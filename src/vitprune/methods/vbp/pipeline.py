@@ -14,7 +14,6 @@ training set in the paper) is never redone:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,16 +22,15 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
-from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig
+from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.methods.stages import (
-    Stages, available_images, cached, calibration_loader, finish_run, prepare_run_dir, recover, retention,
+    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
 )
 from vitprune.methods.vbp.config import REQUIRES, VBPConfig
 from vitprune.methods.vbp.criteria import neuron_scores
@@ -64,42 +62,34 @@ class VBPReport(RunReport):
     config: dict[str, Any]
 
 
-def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path,
-            config: VBPConfig | None = None, calibration_set: Dataset | None = None,
-            device: torch.device | str | None = None, progress: bool = False,
-            log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-            speed: SpeedConfig = SpeedConfig(), dist: DistContext | None = None) -> VBPReport:
+def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig | None, ctx: RunContext) -> VBPReport:
     """Prune a copy of ``model`` the VBP way (or by a baseline criterion), optionally fine-tune it; returns the report.
 
-    Statistics and scores come from ``calibration_set`` (default ``train_set``; the CLI passes the
-    training images with the evaluation transform). Accuracy is top-1 on ``val_set`` for the dense
-    model, right after pruning (the paper's retention) and after fine-tuning. The model is saved to
-    ``run_dir/model``. With ``resume``, stages found in ``run_dir`` are reused and fine-tuning
-    continues from its checkpoint; without it, a ``run_dir`` holding a previous run is an error.
-    With ``dist`` (under torchrun) each process passes over its share of the calibration images,
-    the statistics and scores are reduced over all of them, the fine-tune is data-parallel, and
-    rank 0 alone writes the files (on ``resume`` it reads them and sends them to the others).
+    Statistics and scores come from ``data.calibration`` (default ``data.train``; the CLI passes the
+    training images with the evaluation transform). Accuracy is top-1 on ``data.val`` for the dense
+    model, right after pruning (the paper's retention) and after fine-tuning (on ``data.train``). The
+    model is saved to ``ctx.run_dir/model``. With ``ctx.resume``, stages found in the run directory are
+    reused and fine-tuning continues from its checkpoint; without it, a run directory holding a previous
+    run is an error. Under torchrun (``ctx.dist``) each process passes over its share of the calibration
+    images, the statistics and scores are reduced over all of them, the fine-tune is data-parallel, and
+    rank 0 alone writes the files (on resume it reads them and sends them to the others).
     """
     get_adapter(model, needs=REQUIRES, by="VBP")
     config = config or VBPConfig()
     config.validate()
-    speed.validate()
+    ctx.speed.validate()
     widths = [v.mlp.hidden_features for v in hidden_mlps(model)]
     if removal_count(widths, config.ratio, rounding=config.rounding, min_width=config.min_width) == sum(widths):
         raise VitpruneError(f"a ratio of {config.ratio:g} removes all {sum(widths)} MLP neurons of the network, which "
                             "leaves every MLP a constant; choose a lower ratio (whole MLPs go with `vitprune prune "
                             "depth`)")
-    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=config.seed)
-    if device is None:  # under torchrun, this process's device
-        device = dist.device if dist is not None else next(model.parameters()).device
-    device = torch.device(device)
-    model = model.to(device)
-    stages = Stages(log)
+    run_dir, device, stages = open_run(model, ctx, seed=config.seed)
+    progress, resume, dist = ctx.progress, ctx.resume, ctx.dist
     stage = stages.run
-    calibration_set = calibration_set if calibration_set is not None else train_set
-    config = available_images(config, calibration_set, ("calibration_images",), log)
+    calibration_set = data.calibration_or_train
+    config = available_images(config, calibration_set, ("calibration_images",), ctx.log)
 
-    val_loader = build_loader(val_set, config.calibration_batch, shuffle=False, seed=0)
+    val_loader = build_loader(data.val, config.calibration_batch, shuffle=False, seed=0)
     dense_top1 = stage("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
     loader = calibration_loader(calibration_set, config.calibration_images, config.calibration_batch, config.seed,
                                 dist=dist)
@@ -114,14 +104,14 @@ def run_vbp(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: 
     pruned = copy.deepcopy(model)
     prune_by_selection(pruned, removed, stats if config.compensate else None)
     top1 = {"dense": dense_top1, **recover(
-        stages, pruned, model, train_set, val_loader, config.finetune, val_set=val_set, distill=config.distill,
+        stages, pruned, model, data.train, val_loader, config.finetune, val_set=data.val, distill=config.distill,
         alpha=config.alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress,
         resume=resume, dist=dist)}
     summary = {"ratio": config.ratio, "criterion": config.criterion, "compensate": config.compensate,
                "removed": sum(map(len, removed.values()))}
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
-    return finish_run(VBPReport, pruned, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
+    return finish_run(VBPReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed, device=device,
                       progress=progress, top1=top1, metadata={"vbp": summary}, **summary, widths=widths["pruned"],
                       widths_dense=widths["dense"], retention=retention(top1), config=config.to_dict())
 
