@@ -240,6 +240,14 @@ def digits_chain() -> torch.nn.Module:
     return model.eval()
 
 
+def quick_context(run_dir: Path, **options):
+    """A method's run context with a short timing, for tests that do not check the timing."""
+    from vitprune.measure import SpeedConfig
+    from vitprune.methods.base import RunContext
+
+    return RunContext(run_dir, **{"speed": SpeedConfig(batch_size=4, pairs=3), **options})
+
+
 def max_diff(a, b) -> float:
     """The largest absolute difference, in float64, between two numbers or tensors of one shape, or two equally keyed
     dicts or equally long lists of them, nested (empty tensors count 0): how far a multi-process result is from one

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import quick_context
 from reports import assert_written
 from torch.utils.data import Subset
 
@@ -14,7 +15,7 @@ import vitprune
 from vitprune.data import build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.base import MethodData, RunContext
+from vitprune.methods.base import MethodData
 from vitprune.methods.star import keep_rates
 from vitprune.methods.star import pipeline as star_pipeline
 from vitprune.methods.star.pipeline import (
@@ -22,11 +23,6 @@ from vitprune.methods.star.pipeline import (
 )
 from vitprune.surgery import token_pruning_blocks
 from vitprune.training import TrainConfig, evaluate
-
-
-def _context(run_dir, **options) -> RunContext:
-    """A run context whose timing is short: the timing is not what these tests check."""
-    return RunContext(run_dir, **{"speed": SpeedConfig(batch_size=4, pairs=3), **options})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +39,7 @@ def setting():
 
 def test_static_run_is_the_schedule_it_reports(setting, tmp_path):
     model, train, val, calibration, config = setting
-    report = run_star(model, MethodData(train, val, calibration), config, _context(tmp_path))
+    report = run_star(model, MethodData(train, val, calibration), config, quick_context(tmp_path))
     for name in (ACS_FILE, INTER_FILE, SCHEDULE_FILE, REPORT_FILE):
         assert (tmp_path / name).is_file()
     assert report.keep_rates == keep_rates(report.acs, 0.5, anchor="minmax")
@@ -63,12 +59,12 @@ def test_mac_target_adaptive_and_resume(setting, tmp_path, monkeypatch):
     model, train, val, calibration, config = setting
     target = 0.7 * count_macs(model).macs
     first = run_star(model, MethodData(train, val, calibration), replace(config, rho=None, target_macs=target),
-                     _context(tmp_path))
+                     quick_context(tmp_path))
     assert count_macs(vitprune.load(tmp_path / MODEL_DIR)).macs <= target
     monkeypatch.setattr(star_pipeline, "inter_layer_scores", lambda *a, **k: pytest.fail("prior recomputed"))
     monkeypatch.setattr(star_pipeline, "average_cosine_similarity", lambda *a, **k: pytest.fail("ACS recomputed"))
     again = run_star(model, MethodData(train, val, calibration), replace(config, rho=first.rho, adaptive=True),
-                     _context(tmp_path, resume=True))
+                     quick_context(tmp_path, resume=True))
     assert again.acs == first.acs and again.keep_rates == first.keep_rates
     assert again.pruned["macs_averaged_over_images"] == 4
     assert again.pruned["macs_full"] <= first.pruned["macs_full"]  # a-STAR never keeps more
@@ -79,7 +75,7 @@ def test_fine_tuning_is_reported(setting, tmp_path):
     model, train, val, calibration, config = setting
     report = run_star(model, MethodData(train, val, calibration),
                       replace(config, alpha=1.0, finetune=TrainConfig(epochs=1, lr=5e-4, batch_size=64)),
-                      _context(tmp_path))
+                      quick_context(tmp_path))
     assert set(report.top1) == {"dense", "pruned", "finetuned", "finetune_best"}
     assert not (tmp_path / INTER_FILE).exists()  # alpha 1 needs no prior
 
@@ -95,7 +91,7 @@ def test_fine_tuning_is_reported(setting, tmp_path):
 def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
     model, train, val, calibration, config = setting
     with pytest.raises(VitpruneError, match=pattern):
-        run_star(model, MethodData(train, val), replace(config, **change), _context(tmp_path / "run"))
+        run_star(model, MethodData(train, val), replace(config, **change), quick_context(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -103,17 +99,17 @@ def test_hand_set_rates_need_no_acs(setting, tmp_path):
     model, train, val, calibration, config = setting
     rates = [1.0, 0.5, 1.0, 0.8]
     report = run_star(model, MethodData(train, val, calibration), replace(config, rho=None, rates=rates, alpha=1.0),
-                      _context(tmp_path))
+                      quick_context(tmp_path))
     assert report.keep_rates == rates and report.acs is None and report.rho is None
     assert not (tmp_path / ACS_FILE).exists()
     assert {i: b.keep_rate for i, b in token_pruning_blocks(vitprune.load(tmp_path / MODEL_DIR)).items()} == {
         1: 0.5, 3: 0.8}
     with pytest.raises(VitpruneError, match="3 keep rates for a model of 4 blocks"):
         run_star(model, MethodData(train, val), replace(config, rho=None, rates=rates[:3]),
-                 _context(tmp_path / "other"))
+                 quick_context(tmp_path / "other"))
     with pytest.raises(VitpruneError, match=r"keep rates must be in \(0, 1\]"):
         run_star(model, MethodData(train, val), replace(config, rho=None, rates=[0.0] * 4),
-                 _context(tmp_path / "other"))
+                 quick_context(tmp_path / "other"))
 
 
 def test_a_stage_asking_for_more_images_than_the_data_has_uses_them_all_and_says_so(setting, tmp_path):
@@ -122,7 +118,7 @@ def test_a_stage_asking_for_more_images_than_the_data_has_uses_them_all_and_says
     few = Subset(calibration, range(6))
     lines: list[str] = []
     report = run_star(model, MethodData(train, val, few), replace(config, acs_images=500, lrp_images=1280),
-                      _context(tmp_path, log=lines.append, speed=SpeedConfig(enabled=False)))
+                      quick_context(tmp_path, log=lines.append, speed=SpeedConfig(enabled=False)))
     assert (report.config["acs_images"], report.config["lrp_images"]) == (6, 6)
     assert "  acs images: the data has 6 images, not 500; using them all" in lines
     assert "  lrp images: the data has 6 images, not 1280; using them all" in lines

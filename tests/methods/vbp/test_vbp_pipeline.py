@@ -7,24 +7,20 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import quick_context
 from reports import assert_written
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.base import MethodData, RunContext
+from vitprune.methods.base import MethodData
 from vitprune.methods.vbp import mlp_statistics, neuron_scores, prune_by_selection, select_neurons
 from vitprune.methods.vbp import pipeline as vbp_pipeline
 from vitprune.methods.vbp.pipeline import (
     MODEL_DIR, REPORT_FILE, SELECTION_FILE, STATISTICS_FILE, VBPConfig, load_statistics, run_vbp, save_statistics,
 )
 from vitprune.training import TrainConfig, evaluate
-
-
-def _context(run_dir, **options) -> RunContext:
-    """A run context whose timing is short: the timing is not what these tests check."""
-    return RunContext(run_dir, **{"speed": SpeedConfig(batch_size=4, pairs=3), **options})
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +50,7 @@ def _reference(model, calibration, config, criterion="variance", compensate=True
 def test_one_shot_run_matches_the_building_blocks(setting, tmp_path):
     model, train, val, calibration, config = setting
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    report = run_vbp(model, MethodData(train, val, calibration), config, _context(tmp_path))
+    report = run_vbp(model, MethodData(train, val, calibration), config, quick_context(tmp_path))
     reference, removed = _reference(model, calibration, config)
     total = sum(report.widths_dense.values())
     assert report.removed == math.ceil(0.5 * total) == sum(map(len, removed.values()))
@@ -81,7 +77,7 @@ def test_baseline_without_compensation_needs_no_statistics(setting, tmp_path, mo
     monkeypatch.setattr(vbp_pipeline, "mlp_statistics", lambda *a, **k: pytest.fail("no statistics pass needed"))
     report = run_vbp(model, MethodData(train, val, calibration),
                      replace(config, criterion="magnitude", compensate=False),
-                     _context(tmp_path))
+                     quick_context(tmp_path))
     reference, _ = _reference(model, calibration, config, criterion="magnitude", compensate=False)
     assert not (tmp_path / STATISTICS_FILE).exists()
     x = torch.randn(2, *vitprune.get_adapter(model).input_size)
@@ -93,12 +89,12 @@ def test_baseline_without_compensation_needs_no_statistics(setting, tmp_path, mo
 @pytest.mark.slow
 def test_resume_reuses_statistics_and_selection(setting, tmp_path, monkeypatch):
     model, train, val, calibration, config = setting
-    first = run_vbp(model, MethodData(train, val, calibration), config, _context(tmp_path))
+    first = run_vbp(model, MethodData(train, val, calibration), config, quick_context(tmp_path))
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
-        run_vbp(model, MethodData(train, val, calibration), config, _context(tmp_path))
+        run_vbp(model, MethodData(train, val, calibration), config, quick_context(tmp_path))
     monkeypatch.setattr(vbp_pipeline, "mlp_statistics", lambda *a, **k: pytest.fail("statistics recomputed"))
     monkeypatch.setattr(vbp_pipeline, "neuron_scores", lambda *a, **k: pytest.fail("selection recomputed"))
-    again = run_vbp(model, MethodData(train, val, calibration), config, _context(tmp_path, resume=True))
+    again = run_vbp(model, MethodData(train, val, calibration), config, quick_context(tmp_path, resume=True))
     assert again.top1 == first.top1 and again.widths == first.widths
 
 
@@ -109,7 +105,7 @@ def test_fine_tuning_with_distillation_recovers_and_is_reported(setting, trained
     tune = TrainConfig(epochs=1, lr=5e-4, batch_size=64)
     report = run_vbp(model, MethodData(train, val, calibration),
                      replace(config, ratio=0.7, finetune=tune, distill="soft", alpha=0.5),
-                     _context(tmp_path))
+                     quick_context(tmp_path))
     loaded = vitprune.load(tmp_path / MODEL_DIR)
     loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
     assert report.top1["finetuned"] == evaluate(loaded, loader)["top1"]
@@ -146,7 +142,7 @@ def test_statistics_round_trip_and_a_corrupt_file(tmp_path):
 def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
     model, train, val, calibration, config = setting
     with pytest.raises(VitpruneError, match=pattern):
-        run_vbp(model, MethodData(train, val), replace(config, **change), _context(tmp_path / "run"))
+        run_vbp(model, MethodData(train, val), replace(config, **change), quick_context(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
@@ -156,5 +152,5 @@ def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
 def test_a_bad_speed_setting_fails_before_any_work(setting, tmp_path, speed, pattern):
     model, train, val, calibration, config = setting
     with pytest.raises(VitpruneError, match=pattern):
-        run_vbp(model, MethodData(train, val), config, _context(tmp_path / "run", speed=speed))
+        run_vbp(model, MethodData(train, val), config, quick_context(tmp_path / "run", speed=speed))
     assert not (tmp_path / "run").exists()
