@@ -14,6 +14,9 @@ from typing import Any
 
 #: The key of a field's metadata that holds its :class:`CliFacts`.
 CLI_METADATA = "vitprune.cli"
+#: The one meaning of --seed on every command: a command draws all its randomness from one seed.
+SEED_HELP = ("Seed of everything the command draws at random (a --no-pretrained model's weights, a new head, the "
+             "calibration images, data order, augmentation): the same command gives the same result.")
 
 
 @dataclass(frozen=True)

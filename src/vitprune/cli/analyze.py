@@ -26,7 +26,7 @@ app.add_typer(analyze_app, name="analyze")
 
 
 OUT_OPT = typer.Option(..., "--out", help="Directory for the JSON result and its plot (created if missing).")
-BATCH_SIZE_OPT = typer.Option(64, "--batch-size", "-b", min=1)
+BATCH_SIZE_OPT = typer.Option(64, "--batch-size", "-b", min=1, help="Images per measured batch.")
 
 
 @analyze_app.command("gradient-disparity")

@@ -11,7 +11,7 @@ import typer
 
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
-from vitprune.cli.options import RunInputs, distributed, load_inputs, run_groups
+from vitprune.cli.options import SEED_OPT, RunInputs, distributed, load_inputs, run_groups
 from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.config import HetDPTBudget, preset_for
@@ -28,12 +28,11 @@ def chain(
     out: Path = typer.Option(..., "--out", help="Run directory: chain.json, steps/NN-METHOD/, model/, report.json."),
     hetdpt: HetDPTBudget = ...,
     onnx: bool = typer.Option(True, "--onnx/--no-onnx", help="Check that the final model exports to ONNX."),
-    seed: int = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights and of every step that "
-                                               "takes a seed and names none in the chain file."),
+    seed: int = SEED_OPT,
     run: RunInputs = ...,
 ) -> None:
     """Run a chain of methods (depth, hetdpt, hetdpt+, merge, width, vbp, star, hiap, finetune) in order; check and time
-    the result."""
+    the result. A step that names a seed in the chain file keeps it; the others take --seed."""
     from vitprune.cli.render import render_chain
     from vitprune.methods.chain import load_chain, seeded
 

@@ -84,7 +84,7 @@ def evaluate_cmd(
     model: str = typer.Argument(..., help=MODEL_HELP),
     inputs: Inputs = ...,
     split: str = typer.Option("val", help="Dataset split."),
-    batch_size: int = typer.Option(128, "--batch-size", "-b", min=1),
+    batch_size: int = typer.Option(128, "--batch-size", "-b", min=1, help="Images per forward pass."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """Top-1/top-5 accuracy and loss of MODEL on a dataset split."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 import typer
 
 from vitprune.cli.config_options import bundle, config_options, option
-from vitprune.config import setting
+from vitprune.config import SEED_HELP, setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
@@ -146,8 +146,7 @@ PRETRAINED_OPT = option(ModelSource, "pretrained")
 CHECKPOINT_OPT = option(ModelSource, "checkpoint")
 DEVICE_OPT = option(ModelSource, "device")
 #: The seed of a command whose other options have none: every command that builds a random model takes one.
-SEED_OPT = typer.Option(0, "--seed", help="Seed of a --no-pretrained model's weights: the same command builds the same "
-                                          "model every time.")
+SEED_OPT = typer.Option(0, "--seed", help=SEED_HELP)
 #: The options of every command that loads a model's weights.
 MODEL_GROUP = ("--pretrained", "--checkpoint", "--device")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from vitprune.config import setting
+from vitprune.config import SEED_HELP, setting
 from vitprune.errors import VitpruneError, check_settings
 
 if TYPE_CHECKING:
@@ -59,7 +59,8 @@ class TrainConfig:
     accum_steps: int = setting(1, min=1, help="Micro-batches per optimisation step.")
     amp: bool = setting(True, help="Mixed precision on CUDA (ignored on CPU).")
     ema_decay: float | None = setting(None, help="Keep an EMA of the weights with this decay.")
-    seed: int = setting(0, help="Seed of initialisation, data order and augmentation.")
+    #: Of a new head's initialisation, data order and augmentation.
+    seed: int = setting(0, help=SEED_HELP)
     checkpoint_every: int = setting(0, min=0, help="Steps between checkpoints (0: epochs).")
     #: Not part of the result: each image is augmented under its own seed, whichever process loads it.
     workers: int = setting(0, min=0, help=TRAINING_HELP["workers"])

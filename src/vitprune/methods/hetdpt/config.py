@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from vitprune.config import JsonRecord, setting
+from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.surgery import ATTENTION_IDENTITIES, IDENTITY_HELP, OUTPUT_GELU_HELP
 from vitprune.training import KINDS, TrainConfig
@@ -103,8 +103,8 @@ class StageOverrides:
     #: Every stage's; each stage's lr scales with it.
     batch_size: int | None = setting(None, short="-b", min=1, help=TRAINING_HELP["batch_size"])
     workers: int | None = setting(None, min=0, help=TRAINING_HELP["workers"])
-    seed: int | None = setting(None, help="Seed of every stage's training (data order, augmentation) and of a "
-                                          "--no-pretrained model's weights.  [default: 0]")
+    #: Of every stage's training (data order, augmentation).
+    seed: int | None = setting(None, help=SEED_HELP)
 
     def apply(self, config: HetDPTConfig) -> HetDPTConfig:
         """``config`` with these changes; a new batch scales each stage's lr (:meth:`TrainConfig.at_batch`)

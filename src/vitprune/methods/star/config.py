@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vitprune.config import JsonRecord, setting
+from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.training import KINDS, TrainConfig
 from vitprune.training.presets import get_preset
@@ -40,7 +40,8 @@ class STARConfig(JsonRecord):
     lrp_images: int = setting(1280, min=1, help="Training images for the LRP prior.")
     classes: int = setting(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6).")
     calibration_batch: int = 32
-    seed: int = setting(0, help="Seed of the calibration subsets and fine-tuning.")
+    #: Of the calibration subsets and fine-tuning.
+    seed: int = setting(0, help=SEED_HELP)
     #: Fine-tuning after pruning (``None``: none): the ``imagenet-star`` preset (:mod:`vitprune.training.presets`),
     #: 120 epochs, cosine 2e-5 -> 2e-9 per 512 images, hard distillation from the unpruned model.
     finetune: TrainConfig | None = field(default_factory=lambda: get_preset(PRESET).train)

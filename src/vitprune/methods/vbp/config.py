@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from vitprune.config import JsonRecord, setting
+from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.training import KINDS, TrainConfig
 from vitprune.training.presets import get_preset
@@ -50,7 +50,8 @@ class VBPConfig(JsonRecord):
     calibration_images: int | None = setting(None, min=2, help="Training images for the statistics (default: all, "
                                                                "as the paper).")
     calibration_batch: int = 64
-    seed: int = setting(0, help="Seed of the calibration subset, the random criterion and fine-tuning.")
+    #: Of the calibration subset, the random criterion and fine-tuning.
+    seed: int = setting(0, help=SEED_HELP)
     #: Fine-tuning after pruning (``None``: none): the ``imagenet-vbp`` preset (:mod:`vitprune.training.presets`),
     #: the paper's 10 epochs, AdamW, lr 1.5e-5, cosine, batch 32, weight decay 0.01, distillation from the
     #: unpruned model.

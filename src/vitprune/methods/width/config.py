@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vitprune.config import JsonRecord, setting
+from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS
 
@@ -66,8 +66,8 @@ class WidthConfig(JsonRecord):
     taylor_batches: int = setting(16, min=1, help="Batches of --taylor-batch-size training images (evaluation "
                                                   "transform) for taylor importance.")
     taylor_batch_size: int = setting(64, min=1, help="Images per taylor-importance batch.")
-    seed: int = setting(0, help="Seed of the images taylor importance draws and of a --no-pretrained model's "
-                                "weights.")
+    #: Of the images taylor importance draws.
+    seed: int = setting(0, help=SEED_HELP)
 
     @property
     def requires(self) -> tuple[str, ...]:
