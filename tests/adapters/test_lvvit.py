@@ -108,7 +108,6 @@ def test_the_token_labelling_head_is_a_token_head():
     assert vitprune.get_adapter(vitprune.create_model("lvvit-s-cls", **LVVIT_TINY)).token_head is None
 
 
-
 def test_the_class_head_model_loads_an_original_checkpoint_without_its_token_labelling_head(tmp_path):
     state = _original_state()
     torch.save(state, tmp_path / "lvvit.pth")

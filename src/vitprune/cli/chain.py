@@ -17,7 +17,6 @@ from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.config import HetDPTBudget, preset_for
 
 
-
 @app.command()
 @run_groups
 @config_options(HetDPTBudget, param="hetdpt", fields=("preset",))

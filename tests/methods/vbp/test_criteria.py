@@ -83,7 +83,6 @@ def test_variance_criteria_come_from_the_statistics():
         assert not torch.equal(pre[index], stats.var)
 
 
-
 def test_the_mean_criterion_is_the_absolute_post_activation_mean():
     model = _model()
     batches = _batches(model)

@@ -9,7 +9,6 @@ from vitprune.adapters.hf.hub import config_dict, from_config, from_pretrained, 
 from vitprune.adapters.hf.modules import CLASSIFIERS, HFImageClassifier
 
 
-
 def save_pretrained(model: HFImageClassifier, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
     """Write a pruned classifier as a plain transformers directory (:func:`~vitprune.adapters.hf.hub.write_pretrained`:
     refused in one line where transformers' config cannot describe it); returns the largest logit difference of the

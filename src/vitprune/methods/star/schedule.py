@@ -129,7 +129,6 @@ def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anch
     return low
 
 
-
 def check_reachable(model: nn.Module, target_macs: float) -> None:
     """Fail before any data pass when no schedule can reach ``target_macs``: even keeping one patch token in
     every block that can prune (a cheaper schedule than any ``ρ`` gives) costs more."""

@@ -142,7 +142,6 @@ def plan_width(model: nn.Module, ratio: float, *, importance: str = "magnitude",
     return plan
 
 
-
 def _hide_head_parameters(views) -> None:
     """Make the planning copy's per-head parameters (Swin's bias table) buffers: torch-pruning would couple their
     head columns with the heads' channels and give up on the group; ``prune_heads`` slices them itself."""
