@@ -8,11 +8,12 @@ from vitprune.version import __version__
 # models registers the base builders and the edits that a saved model's recipe replays.
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".adapters": ("get_adapter",),
+    ".adapters.features": ("FeatureMaps", "intermediates"),
     ".models": ("create_model", "from_transformers", "resolve_model"),
     ".recipe": ("apply_edit", "get_recipe", "load", "save", "track"),
 })
 
 __all__ = [
-    "VitpruneError", "__version__", "apply_edit", "create_model", "from_transformers", "get_adapter", "get_recipe",
-    "load", "resolve_model", "save", "track",
+    "FeatureMaps", "VitpruneError", "__version__", "apply_edit", "create_model", "from_transformers", "get_adapter",
+    "get_recipe", "intermediates", "load", "resolve_model", "save", "track",
 ]

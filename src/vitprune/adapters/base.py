@@ -36,6 +36,7 @@ CAPABILITIES: dict[str, str] = {
     "token_pruning": "prune tokens",
     "lrp": "propagate LRP relevance through its blocks",
     "gates": "train gates on its sublayers, heads and neurons",
+    "dense_features": "give the feature maps of its blocks or stages to a detection or segmentation head",
 }
 
 
@@ -577,9 +578,26 @@ class Gates:
     learned importance, HiAP); a family declares it by this base (nothing to implement)."""
 
 
+class DenseFeatures(ABC):
+    """``dense_features``: the feature maps a detection or segmentation head reads, as timm's ``forward_intermediates``
+    gives them, from a pruned model as from a dense one."""
+
+    @abstractmethod
+    def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
+                      norm: bool = False) -> list[torch.Tensor]:
+        """The ``(B, C, H, W)`` feature maps of ``images`` after blocks (a staged family: stages) ``indices``, in
+        timm's convention: ``None`` every one, an int ``n`` the last ``n``, a sequence those (negative from the end).
+
+        A block that depth pruning emptied still counts. ``norm`` applies the final norm to each map. Where blocks
+        prune tokens, a pruned position holds its token as the last block that kept it left it, so every map
+        covers the whole patch grid.
+        """
+
+
 #: Each capability's mixin.
 CAPABILITY_MIXINS: dict[str, type] = {
     "attention_removal": AttentionRemoval, "activation_removal": ActivationRemoval,
     "output_activation": OutputActivation, "ffn_width": FFNWidth, "head_width": HeadWidth, "value_width": ValueWidth,
     "embed_width": EmbedWidth, "token_pruning": TokenPruning, "lrp": LRPRelevance, "gates": Gates,
+    "dense_features": DenseFeatures,
 }

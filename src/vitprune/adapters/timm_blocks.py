@@ -202,5 +202,9 @@ class TokenBlocks(nn.Sequential):
     adaptive block, which slots are real) from block to block."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return run_token_blocks(self, x, lambda block, x, mask: block(x) if mask is None else
-                                block(x, attn_mask=mask[:, None, None, :]))
+        return run_token_blocks(self, x, run_block)
+
+
+def run_block(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A timm block on tokens where ``mask`` ``(B, N)`` is ``False`` at padding no token may attend to."""
+    return block(x) if mask is None else block(x, attn_mask=mask[:, None, None, :])

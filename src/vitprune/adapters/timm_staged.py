@@ -7,12 +7,12 @@ import torch
 from timm.data import resolve_model_data_config
 from torch import nn
 
-from vitprune.adapters.base import ViTAdapter
+from vitprune.adapters.base import DenseFeatures, ViTAdapter
 from vitprune.adapters.channels import set_mlp_linears
 from vitprune.adapters.timm_vit import TimmModel, set_mlp_activation
 
 
-class TimmStagedAdapter(TimmModel, ViTAdapter):
+class TimmStagedAdapter(TimmModel, ViTAdapter, DenseFeatures):
     """A timm model whose blocks sit in ``<stages>.S.blocks.J`` and whose stream changes width between stages."""
 
     #: The model's attribute holding the stages (ConvNeXt's ``stages``, Swin's ``layers``).

@@ -8,17 +8,19 @@ from typing import Any
 import torch
 from timm.data import resolve_model_data_config
 from timm.layers import Attention, Mlp
+from timm.models._features import feature_take_indices
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
 from vitprune.adapters.base import (
-    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, EmbedWidth, FFNWidth, Gates, HeadWidth,
-    LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, DenseFeatures, EmbedWidth, FFNWidth, Gates,
+    HeadWidth, LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
 )
-from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
-                                          constant_output)
 from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
+from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
+                                          constant_output, run_block)
+from vitprune.adapters.tokens import patch_map, token_intermediates
 from vitprune.errors import VitpruneError
 from vitprune.linear import slice_linear
 
@@ -63,6 +65,10 @@ class TimmModel:
     @property
     def data_config(self) -> dict[str, Any] | None:
         return timm_data_config(self.model)
+
+    def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
+                      norm: bool = False) -> list[torch.Tensor]:
+        return self.model.forward_intermediates(images, indices=indices, norm=norm, intermediates_only=True)
 
 
 def merge_mlp_linear(mlp: nn.Module, linear: nn.Linear) -> None:
@@ -114,7 +120,7 @@ def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None
 
 
 class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth,
-                     HeadWidth, ValueWidth, EmbedWidth, TokenPruning, LRPRelevance, Gates):
+                     HeadWidth, ValueWidth, EmbedWidth, TokenPruning, LRPRelevance, Gates, DenseFeatures):
     """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
 
     Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`, and so does
@@ -354,3 +360,13 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         if not isinstance(block, TokenPruneBlock):
             raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
         block.set_prior(prior, index)
+
+    def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
+                      norm: bool = False) -> list[torch.Tensor]:
+        m = self.model
+        if not isinstance(m.blocks, TokenBlocks):  # timm's own, which knows no token pruning
+            return super().intermediates(images, indices, norm)
+        take, _ = feature_take_indices(len(m.blocks), indices)
+        maps = token_intermediates(m.blocks, self.embed(images), run_block, take, self.num_prefix_tokens)
+        rows, cols = m.patch_embed.dynamic_feat_size(tuple(images.shape[-2:]))
+        return [patch_map(m.norm(y) if norm else y, rows, cols) for y in maps]

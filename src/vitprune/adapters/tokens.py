@@ -5,7 +5,7 @@ hands the kept tokens' original positions from block to block. A family's token-
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -80,7 +80,6 @@ class TokenSelection(nn.Module):
         self.adaptive = adaptive
         self.register_buffer("inter", torch.ones(num_patches))
 
-
     def set_prior(self, prior: torch.Tensor, index: int) -> None:
         """Install the per-position prior ``inter`` (one value per patch) of block ``index``."""
         if prior.shape != self.inter.shape:
@@ -88,6 +87,7 @@ class TokenSelection(nn.Module):
                                 "patches")
         with torch.no_grad():
             self.inter.copy_(prior.to(self.inter))
+
     def keep_count(self, patches: int) -> int:
         """Patch tokens STAR keeps out of ``patches`` entering: ``ceil(keep_rate · patches)``, at least 1."""
         # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.
@@ -144,17 +144,18 @@ class TokenSelection(nn.Module):
         return x, positions, kept
 
 
-
-
 def run_token_blocks(blocks: Iterable[nn.Module], x: torch.Tensor,
-                     run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor]) -> torch.Tensor:
+                     run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor],
+                     visit: Callable[[int, torch.Tensor, torch.Tensor | None, torch.Tensor | None], None] | None = None
+                     ) -> torch.Tensor:
     """Run a block sequence in which some blocks prune tokens (:class:`TokenSelection`).
 
     Each other block runs as ``run(block, x, mask)``, ``mask`` ``(B, N)`` being ``True`` at the tokens
-    that may be attended to (``None`` until an adaptive block leaves padding).
+    that may be attended to (``None`` until an adaptive block leaves padding). ``visit(index, x, positions, valid)``
+    sees each block's output with its patch tokens' original positions and real slots (``None``: all, in order).
     """
     positions = valid = None
-    for block in blocks:
+    for index, block in enumerate(blocks):
         if isinstance(block, TokenSelection):
             x, positions, valid = block(x, positions, valid)
         elif valid is None:
@@ -162,4 +163,38 @@ def run_token_blocks(blocks: Iterable[nn.Module], x: torch.Tensor,
         else:
             prefix = x.new_ones(x.shape[0], x.shape[1] - valid.shape[1], dtype=torch.bool)
             x = run(block, x, torch.cat([prefix, valid], dim=1))
+        if visit is not None:
+            visit(index, x, positions, valid)
     return x
+
+
+def patch_map(patches: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Patch tokens ``(B, rows·cols, C)`` as the feature map ``(B, C, rows, cols)``."""
+    return patches.reshape(len(patches), rows, cols, -1).permute(0, 3, 1, 2).contiguous()
+
+
+def token_intermediates(blocks: Sequence[nn.Module], x: torch.Tensor,
+                        run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor],
+                        take: Iterable[int], num_prefix_tokens: int) -> list[torch.Tensor]:
+    """The patch tokens ``(B, patches, C)`` after each block in ``take`` (as :func:`run_token_blocks` runs
+    ``blocks`` from tokens ``x``), every patch position filled: one a block pruned holds its token as the last block
+    that kept it left it (a dense head needs the whole grid; this is the value the pruned model last computed there)."""
+    take = set(take)
+    maps: list[torch.Tensor] = []
+    grid = x[:, num_prefix_tokens:]
+
+    def visit(index: int, x: torch.Tensor, positions: torch.Tensor | None, valid: torch.Tensor | None) -> None:
+        nonlocal grid
+        patches = x[:, num_prefix_tokens:]
+        if positions is None:
+            grid = patches
+        else:
+            grid = grid.clone()
+            real = torch.ones_like(positions, dtype=torch.bool) if valid is None else valid
+            rows = torch.arange(len(x), device=x.device)[:, None].expand_as(positions)
+            grid[rows[real], positions[real]] = patches[real]
+        if index in take:
+            maps.append(grid)
+
+    run_token_blocks(blocks, x, run, visit)
+    return maps

@@ -13,18 +13,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from timm.models._features import feature_take_indices
 from torch import nn
 
 from vitprune.adapters.base import (
-    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, EmbedWidth, FFNWidth, Gates, HeadWidth,
-    LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, DenseFeatures, EmbedWidth, FFNWidth, Gates,
+    HeadWidth, LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
 )
 from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
 from vitprune.adapters.hf.hub import write_pretrained
 from vitprune.adapters.hf.modules import (
-    ATTENTIONS, LAYERS, MLPS, HFBlock, HFImageClassifier, HFTokenPruneBlock, HFVariableHeadAttention,
+    ATTENTIONS, LAYERS, MLPS, HFBlock, HFImageClassifier, HFTokenPruneBlock, HFVariableHeadAttention, run_layer,
 )
+from vitprune.adapters.tokens import patch_map, token_intermediates
 from vitprune.errors import VitpruneError
 from vitprune.layers import GatedLayer
 from vitprune.linear import slice_linear
@@ -54,7 +56,7 @@ def _is_attention(module: nn.Module) -> bool:
 
 
 class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth, HeadWidth, ValueWidth,
-                   EmbedWidth, TokenPruning, LRPRelevance, Gates):
+                   EmbedWidth, TokenPruning, LRPRelevance, Gates, DenseFeatures):
     """transformers' ``ViTForImageClassification``, ``DeiTForImageClassification`` and
     ``DeiTForImageClassificationWithTeacher``, wrapped in :class:`HFImageClassifier`.
 
@@ -184,8 +186,8 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
 
     def classifier_heads(self) -> list[nn.Module]:
         hf = self.model.hf
-        return linear_modules(hf.cls_classifier, hf.distillation_classifier) if self._teacher else \
-            linear_modules(hf.classifier)
+        heads = (hf.cls_classifier, hf.distillation_classifier) if self._teacher else (hf.classifier,)
+        return linear_modules(*heads)
 
     def set_num_classes(self, num_classes: int) -> None:
         hf = self.model.hf
@@ -309,6 +311,14 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
         if not isinstance(layer, HFTokenPruneBlock):
             raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
         layer.set_prior(prior, index)
+
+    def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
+                      norm: bool = False) -> list[torch.Tensor]:
+        # transformers' hidden states come from its own encoder loop, which the layers vitprune converts leave.
+        take, _ = feature_take_indices(len(self._layers), indices)
+        maps = token_intermediates(self._layers, self.embed(images), run_layer, take, self.num_prefix_tokens)
+        rows, cols = self.grid_size
+        return [patch_map(self._base.layernorm(y) if norm else y, rows, cols) for y in maps]
 
 
 #: PIL's resampling filters by number, as transformers' image processors record them.

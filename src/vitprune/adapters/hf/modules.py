@@ -68,7 +68,7 @@ class HFImageClassifier(nn.Module):
             return out.logits
         # transformers' encoder loop hands one tensor from layer to layer; token pruning also hands on each kept
         # token's original position, so the wrapper runs the layers itself, then the classifier as transformers does.
-        x = run_token_blocks(base.layers, base.embeddings(images), _run_layer)
+        x = run_token_blocks(base.layers, base.embeddings(images), run_layer)
         x = base.layernorm(x)
         if not self.has_distillation_head:
             return self.hf.classifier(x[:, 0])
@@ -78,7 +78,7 @@ class HFImageClassifier(nn.Module):
         return (cls_logits + dist_logits) / 2
 
 
-def _run_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def run_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """A layer on tokens where ``mask`` ``(B, N)`` is ``False`` at padding no token may attend to."""
     if mask is None:
         return layer(x)
