@@ -1,7 +1,9 @@
-"""Datasets and loaders: the built-in digits and cluttered-MNIST tasks, CIFAR and image folders via timm."""
+"""Datasets and loaders: the built-in digits and cluttered-MNIST tasks (classification, and dense: masks and boxes),
+CIFAR and image folders via timm."""
 
 from __future__ import annotations
 
+from vitprune.data.cluttered_dense import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
 from vitprune.data.cluttered_mnist import (
     CLUTTERED_MNIST,
     ClutteredMnistDataset,
@@ -28,10 +30,12 @@ from vitprune.data.subset import balanced_subset
 
 __all__ = [
     "AUGMENTATIONS",
+    "CLUTTERED_DENSE",
     "CLUTTERED_MNIST",
     "DIGITS",
     "NAMED_DATASETS",
     "SPLITS",
+    "ClutteredDenseDataset",
     "ClutteredMnistDataset",
     "DigitsDataset",
     "OwnTask",
@@ -40,6 +44,7 @@ __all__ = [
     "build_dataset",
     "build_loader",
     "check_augmentation",
+    "collate_dense",
     "dataset_classes",
     "image_folder_classes",
     "load_digits_split",
