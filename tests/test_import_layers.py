@@ -21,7 +21,7 @@ LAYERS = {
     **dict.fromkeys(("atomic", "device", "cache", "layers", "linear"), 1),
     **dict.fromkeys(("plotting", "data", "recipe", "adapters"), 2),
     **dict.fromkeys(("surgery", "measure", "export", "training"), 3),
-    "consistency": 4, "models": 4,
+    "consistency": 4, "models": 4, "dense": 4,
     "methods": 5,
     "cli": 6, "vitprune": 6,  # "vitprune": the package's own __init__, the facade of the Python API
     "__main__": 7,

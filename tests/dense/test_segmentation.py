@@ -1,0 +1,70 @@
+"""A pruned backbone under torchvision's FCN head segments the dense cluttered-MNIST task: logits at the images' size,
+gradients into the backbone, and a few steps on one batch fit it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+
+import vitprune
+from vitprune.adapters import prepare_model
+from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
+from vitprune.dense import Segmenter
+from vitprune.surgery import prune_mlp_neurons, prune_tokens
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
+
+CHANNELS, SIZE, _ = CLUTTERED_DENSE.input_size
+BACKBONES = {
+    "deit": ("deit_tiny_patch16_224", {"img_size": SIZE, "patch_size": 8, "embed_dim": 32, "depth": 2,
+                                       "num_heads": 2}),
+    "swin": ("swin_tiny_patch4_window7_224", {"img_size": SIZE, "patch_size": 4, "embed_dim": 16,
+                                              "depths": (1, 1, 1, 1), "num_heads": (1, 2, 2, 4), "window_size": 4,
+                                              "pretrained_cfg_overlay": {"input_size": CLUTTERED_DENSE.input_size}}),
+}
+
+
+def _backbone(family: str) -> torch.nn.Module:
+    name, kwargs = BACKBONES[family]
+    torch.manual_seed(0)
+    model = prepare_model(timm.create_model(name, pretrained=False, in_chans=CHANNELS, num_classes=10, **kwargs))
+    return vitprune.track(model, name, in_chans=CHANNELS, num_classes=10, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return collate_dense([ClutteredDenseDataset("val")[i] for i in range(8)])
+
+
+@pytest.mark.parametrize("family", BACKBONES)
+def test_a_pruned_backbone_segments_and_learns(family, batch):
+    images, targets = batch
+    masks = torch.stack([t["mask"] for t in targets])
+    model = _backbone(family)
+    hidden = vitprune.get_adapter(model).block(1).mlp.hidden_features
+    prune_mlp_neurons(model, 1, list(range(0, hidden, 2)))
+    segmenter = Segmenter(model, CLUTTERED_DENSE.num_classes)
+    assert segmenter(images).shape == (8, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
+    optimizer = torch.optim.Adam(segmenter.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = F.cross_entropy(segmenter(images), masks)
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+    assert vitprune.get_adapter(model).block(0).mlp.fc1.weight.grad.abs().sum() > 0  # the backbone trains too
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_a_token_pruned_backbone_gives_full_resolution_logits(batch):
+    images, _ = batch
+    model = _backbone("deit")
+    prune_tokens(model, 1, 0.5)
+    segmenter = Segmenter(model, CLUTTERED_DENSE.num_classes).eval()
+    with torch.no_grad():
+        assert segmenter(images).shape == (8, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
