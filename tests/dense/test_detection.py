@@ -1,0 +1,62 @@
+"""A pruned backbone under torchvision's Faster R-CNN detects the dense cluttered-MNIST digits: its losses fall over a
+few steps on one batch, gradients reach the backbone, and inference gives boxes inside the image."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from test_segmentation import BACKBONES, SIZE, _backbone
+
+import vitprune
+from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
+from vitprune.dense import faster_rcnn
+from vitprune.surgery import prune_depth, prune_tokens
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
+
+#: Fewer proposals and sampled regions than torchvision's defaults (2000 and 512), which only cost time here.
+SMALL = {"rpn_post_nms_top_n_train": 100, "box_batch_size_per_image": 32}
+
+
+@pytest.fixture(scope="module")
+def batch():
+    images, targets = collate_dense([ClutteredDenseDataset("val")[i] for i in range(8)])
+    return list(images), [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets]
+
+
+@pytest.mark.parametrize("family", BACKBONES)
+def test_a_depth_pruned_backbone_detects_and_learns(family, batch):
+    images, targets = batch
+    model = _backbone(family)
+    prune_depth(model, attention=[1])
+    detector = faster_rcnn(model, CLUTTERED_DENSE.num_classes, **SMALL).train()
+    optimizer = torch.optim.Adam(detector.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(12):
+        loss = sum(detector(images, targets).values())
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+    assert vitprune.get_adapter(model).block(0).mlp.fc1.weight.grad.abs().sum() > 0  # the backbone trains too
+    assert losses[-1] < 0.5 * losses[0]
+    detector.eval()
+    with torch.no_grad():
+        found = detector(images)
+    assert len(found) == len(images)
+    for result in found:
+        boxes, labels = result["boxes"], result["labels"]
+        assert boxes.shape[1] == 4 and bool(((boxes >= 0) & (boxes <= SIZE)).all())
+        assert bool(((labels >= 1) & (labels < CLUTTERED_DENSE.num_classes)).all())
+        assert torch.equal(result["scores"], result["scores"].sort(descending=True).values)
+
+
+def test_a_token_pruned_backbone_detects(batch):
+    images, _ = batch
+    model = _backbone("deit")
+    prune_tokens(model, 1, 0.5)
+    detector = faster_rcnn(model, CLUTTERED_DENSE.num_classes).eval()
+    with torch.no_grad():
+        assert len(detector(images)) == len(images)
