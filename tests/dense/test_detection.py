@@ -26,7 +26,8 @@ def batch():
     return list(images), [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets]
 
 
-@pytest.mark.parametrize("family", BACKBONES)
+#: Swin's runs only in the full suite: the fast lane keeps one family per head.
+@pytest.mark.parametrize("family", [pytest.param(f, marks=() if f == "deit" else pytest.mark.slow) for f in BACKBONES])
 def test_a_depth_pruned_backbone_detects_and_learns(family, batch):
     images, targets = batch
     model = _backbone(family)

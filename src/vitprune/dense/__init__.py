@@ -2,6 +2,7 @@
 (:class:`~vitprune.adapters.features.FeatureMaps`)."""
 
 from vitprune.dense.detection import DetectionBackbone, faster_rcnn
+from vitprune.dense.metrics import detection_scores, segmentation_scores
 from vitprune.dense.segmentation import Segmenter
 
-__all__ = ["DetectionBackbone", "Segmenter", "faster_rcnn"]
+__all__ = ["DetectionBackbone", "Segmenter", "detection_scores", "faster_rcnn", "segmentation_scores"]
