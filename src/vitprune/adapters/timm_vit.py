@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from timm.data import resolve_model_data_config
 from timm.layers import Attention, Mlp
-from timm.models._features import feature_take_indices
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
@@ -20,7 +19,7 @@ from vitprune.adapters.channels import (linear_modules, parameters_named, reject
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
 from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
                                           constant_output, run_block)
-from vitprune.adapters.tokens import patch_map, token_intermediates
+from vitprune.adapters.tokens import token_feature_maps
 from vitprune.errors import VitpruneError
 from vitprune.linear import slice_linear
 
@@ -366,7 +365,5 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         m = self.model
         if not isinstance(m.blocks, TokenBlocks):  # timm's own, which knows no token pruning
             return super().intermediates(images, indices, norm)
-        take, _ = feature_take_indices(len(m.blocks), indices)
-        maps = token_intermediates(m.blocks, self.embed(images), run_block, take, self.num_prefix_tokens)
-        rows, cols = m.patch_embed.dynamic_feat_size(tuple(images.shape[-2:]))
-        return [patch_map(m.norm(y) if norm else y, rows, cols) for y in maps]
+        return token_feature_maps(m.blocks, self.embed(images), run_block, indices, self.num_prefix_tokens,
+                                  m.patch_embed.dynamic_feat_size(tuple(images.shape[-2:])), m.norm if norm else None)

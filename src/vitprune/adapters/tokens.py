@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
+from timm.models._features import feature_take_indices
 from torch import nn
 
 from vitprune.errors import VitpruneError
@@ -168,17 +169,25 @@ def run_token_blocks(blocks: Iterable[nn.Module], x: torch.Tensor,
     return x
 
 
-def patch_map(patches: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Patch tokens ``(B, rows·cols, C)`` as the feature map ``(B, C, rows, cols)``."""
-    return patches.reshape(len(patches), rows, cols, -1).permute(0, 3, 1, 2).contiguous()
+def token_feature_maps(blocks: Sequence[nn.Module], x: torch.Tensor,
+                       run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor],
+                       indices: int | Sequence[int] | None, num_prefix_tokens: int, grid_size: tuple[int, int],
+                       norm: nn.Module | None = None) -> list[torch.Tensor]:
+    """The feature maps ``(B, C, rows, cols)`` after blocks ``indices`` (timm's convention) as :func:`run_token_blocks`
+    runs ``blocks`` from tokens ``x``, each through ``norm`` if given. Every patch position is filled: one a block
+    pruned holds its token as the last block that kept it left it (a dense head needs the whole grid; this is the
+    value the pruned model last computed there)."""
+    take, _ = feature_take_indices(len(blocks), indices)
+    rows, cols = grid_size
+    return [(y if norm is None else norm(y)).reshape(len(y), rows, cols, -1).permute(0, 3, 1, 2).contiguous()
+            for y in _filled_patches(blocks, x, run, take, num_prefix_tokens)]
 
 
-def token_intermediates(blocks: Sequence[nn.Module], x: torch.Tensor,
-                        run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor],
-                        take: Iterable[int], num_prefix_tokens: int) -> list[torch.Tensor]:
-    """The patch tokens ``(B, patches, C)`` after each block in ``take`` (as :func:`run_token_blocks` runs
-    ``blocks`` from tokens ``x``), every patch position filled: one a block pruned holds its token as the last block
-    that kept it left it (a dense head needs the whole grid; this is the value the pruned model last computed there)."""
+def _filled_patches(blocks: Sequence[nn.Module], x: torch.Tensor,
+                    run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor],
+                    take: Iterable[int], num_prefix_tokens: int) -> list[torch.Tensor]:
+    """The patch tokens ``(B, patches, C)`` after each block in ``take``, pruned positions filled as
+    :func:`token_feature_maps` says."""
     take = set(take)
     maps: list[torch.Tensor] = []
     grid = x[:, num_prefix_tokens:]

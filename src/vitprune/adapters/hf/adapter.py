@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from timm.models._features import feature_take_indices
 from torch import nn
 
 from vitprune.adapters.base import (
@@ -26,7 +25,7 @@ from vitprune.adapters.hf.hub import write_pretrained
 from vitprune.adapters.hf.modules import (
     ATTENTIONS, LAYERS, MLPS, HFBlock, HFImageClassifier, HFTokenPruneBlock, HFVariableHeadAttention, run_layer,
 )
-from vitprune.adapters.tokens import patch_map, token_intermediates
+from vitprune.adapters.tokens import token_feature_maps
 from vitprune.errors import VitpruneError
 from vitprune.layers import GatedLayer
 from vitprune.linear import slice_linear
@@ -314,11 +313,10 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
 
     def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
                       norm: bool = False) -> list[torch.Tensor]:
-        # transformers' hidden states come from its own encoder loop, which the layers vitprune converts leave.
-        take, _ = feature_take_indices(len(self._layers), indices)
-        maps = token_intermediates(self._layers, self.embed(images), run_layer, take, self.num_prefix_tokens)
-        rows, cols = self.grid_size
-        return [patch_map(self._base.layernorm(y) if norm else y, rows, cols) for y in maps]
+        # Not transformers' hidden states: it records them by hooks on its own layer class, which misses the layers
+        # vitprune converts.
+        return token_feature_maps(self._layers, self.embed(images), run_layer, indices, self.num_prefix_tokens,
+                                  self.grid_size, self._base.layernorm if norm else None)
 
 
 #: PIL's resampling filters by number, as transformers' image processors record them.
