@@ -14,7 +14,7 @@ import vitprune
 from vitprune.adapters import prepare_model
 from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
 from vitprune.dense import Segmenter
-from vitprune.surgery import prune_mlp_neurons
+from vitprune.surgery import prune_mlp_neurons, set_input_size
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
 
@@ -66,3 +66,19 @@ def test_a_pruned_backbone_segments_and_learns(family, batch):
     assert segmenter(images).shape == (8, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
     assert_fits(model, segmenter, lambda: F.cross_entropy(segmenter(images), masks), steps=30, lr=1e-2)
 
+
+
+def test_images_of_another_size_are_resized_to_the_backbone_and_logits_come_at_theirs(batch):
+    """A backbone resized to 72 px (``set_input_size``) takes the 64-px canvases as torchvision's detection models
+    take theirs: resized to its size; the logits equal those of the canvases resized by hand, brought back to 64 px."""
+    images, _ = batch
+    model = _backbone("deit").eval()
+    set_input_size(model, SIZE + 8, SIZE + 8)
+    segmenter = Segmenter(model, CLUTTERED_DENSE.num_classes).eval()
+    with torch.no_grad():
+        logits = segmenter(images)
+        larger = F.interpolate(images, size=(SIZE + 8, SIZE + 8), mode="bilinear", align_corners=False)
+        by_hand = F.interpolate(segmenter.head(segmenter.backbone(larger)[0]), size=(SIZE, SIZE), mode="bilinear",
+                                align_corners=False)
+    assert logits.shape == (8, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
+    torch.testing.assert_close(logits, by_hand, rtol=0, atol=0)

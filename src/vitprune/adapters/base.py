@@ -37,6 +37,7 @@ CAPABILITIES: dict[str, str] = {
     "lrp": "propagate LRP relevance through its blocks",
     "gates": "train gates on its sublayers, heads and neurons",
     "dense_features": "give the feature maps of its blocks or stages to a detection or segmentation head",
+    "input_resize": "take images of another size (its position embedding resampled)",
 }
 
 
@@ -594,10 +595,19 @@ class DenseFeatures(ABC):
         """
 
 
+class InputResize(ABC):
+    """``input_resize``: the model can take images of another size, as detection and segmentation fine-tunes do (a
+    ViT's position embedding resampled to the new patch grid)."""
+
+    @abstractmethod
+    def set_input_size(self, height: int, width: int) -> None:
+        """Take ``height`` x ``width`` images from now on; a size the patches do not tile is a ``ValueError``."""
+
+
 #: Each capability's mixin.
 CAPABILITY_MIXINS: dict[str, type] = {
     "attention_removal": AttentionRemoval, "activation_removal": ActivationRemoval,
     "output_activation": OutputActivation, "ffn_width": FFNWidth, "head_width": HeadWidth, "value_width": ValueWidth,
     "embed_width": EmbedWidth, "token_pruning": TokenPruning, "lrp": LRPRelevance, "gates": Gates,
-    "dense_features": DenseFeatures,
+    "dense_features": DenseFeatures, "input_resize": InputResize,
 }

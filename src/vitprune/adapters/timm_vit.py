@@ -13,7 +13,7 @@ from torch import nn
 
 from vitprune.adapters.base import (
     QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, DenseFeatures, EmbedWidth, FFNWidth, Gates,
-    HeadWidth, LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+    HeadWidth, InputResize, LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
 )
 from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
@@ -119,7 +119,8 @@ def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None
 
 
 class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth,
-                     HeadWidth, ValueWidth, EmbedWidth, TokenPruning, LRPRelevance, Gates, DenseFeatures):
+                     HeadWidth, ValueWidth, EmbedWidth, TokenPruning, LRPRelevance, Gates, DenseFeatures,
+                     InputResize):
     """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
 
     Depth surgery turns a block whose attention is removed into a :class:`DepthBlock`, and so does
@@ -202,6 +203,14 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
     def input_size(self) -> tuple[int, int, int]:
         pe = self.model.patch_embed
         return (pe.proj.in_channels, *pe.img_size)
+
+    def set_input_size(self, height: int, width: int) -> None:
+        patch = tuple(self.model.patch_embed.patch_size)
+        if height % patch[0] or width % patch[1]:
+            raise ValueError(f"{height}x{width} images are not tiled by the model's {patch[0]}x{patch[1]} patches")
+        # timm's own resize: the patch grid, the position embedding (resampled as timm loads a checkpoint at another
+        # size) and the model's data config.
+        self.model.set_input_size(img_size=(height, width))
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         m = self.model

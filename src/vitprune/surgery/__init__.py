@@ -8,6 +8,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                "remaining_layers", "remove_activation", "remove_attention"),
     ".depth_gates": ("DepthGates", "add_depth_gates", "prune_gated", "remove_depth_gates"),
     ".head": ("recorded_classes", "replace_head"),
+    ".resolution": ("set_input_size",),
     "vitprune.linear": ("check_indices", "merge_linears", "slice_linear"),
     ".tokens": ("prune_tokens", "set_token_prior", "token_pruning_blocks"),
     ".width": ("compensate_mean_shift", "prune_attention_dims", "prune_embed_dims", "prune_head_dims", "prune_heads",
@@ -20,5 +21,6 @@ __all__ = [
     "check_indices", "compensate_mean_shift", "merge_linear_mlps", "merge_linears", "merge_mlp",
     "prune_attention_dims", "prune_depth", "prune_embed_dims", "prune_gated", "prune_head_dims", "prune_heads",
     "prune_mlp_neurons", "prune_tokens", "recorded_classes", "remaining_layers", "replace_head", "remove_activation",
-    "remove_attention", "remove_depth_gates", "set_token_prior", "slice_linear", "token_pruning_blocks",
+    "remove_attention", "remove_depth_gates", "set_input_size", "set_token_prior", "slice_linear",
+    "token_pruning_blocks",
 ]
