@@ -13,7 +13,7 @@ from test_segmentation import BACKBONES, SIZE, _backbone, assert_fits
 import vitprune
 from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
 from vitprune.dense import Segmenter, faster_rcnn
-from vitprune.surgery import prune_depth, prune_tokens
+from vitprune.surgery import prune_depth, prune_tokens, set_input_size
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
 
@@ -56,3 +56,19 @@ def test_a_token_pruned_backbone_runs_under_both_heads(batch):
     with torch.no_grad():
         assert segmenter(torch.stack(images)).shape == (8, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
         assert len(detector(images)) == len(images)
+
+
+def test_a_resized_backbone_gets_its_own_size_and_boxes_come_back_at_the_images():
+    """A backbone resized to 72 px (not a multiple of torchvision's default padding, 32) sees 72-px images and no
+    padding; the boxes are mapped back to the 64-px canvases."""
+    model = _backbone("deit")
+    set_input_size(model, SIZE + 8, SIZE + 8)
+    detector = faster_rcnn(model, CLUTTERED_DENSE.num_classes, box_score_thresh=0.0).eval()
+    seen = []
+    detector.backbone.register_forward_pre_hook(lambda module, args: seen.append(tuple(args[0].shape[-2:])))
+    images = [torch.randn(1, SIZE, SIZE, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    with torch.no_grad():
+        found = detector(images)
+    assert seen == [(SIZE + 8, SIZE + 8)]
+    boxes = torch.cat([f["boxes"] for f in found])
+    assert len(boxes) > 0 and bool(((boxes >= 0) & (boxes <= SIZE)).all())

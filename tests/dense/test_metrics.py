@@ -45,6 +45,24 @@ def test_segmentation_scores_count_over_the_whole_set():
     assert scores["miou"] == pytest.approx(share / 4)
 
 
+def test_per_image_counts_sum_to_the_sets_miou():
+    """Each image's intersection and union per class, summed over the images, give the whole set's mIoU."""
+    masks = [_masks(0), _masks(1)]
+    batches = [(torch.zeros(2, 1, 8, 8), [{"mask": m} for m in batch]) for batch in masks]
+    guesses = [_masks(2), _masks(3)]
+    replay = _Replay([nn.functional.one_hot(g, 4).permute(0, 3, 1, 2).float() for g in guesses])
+    scores = segmentation_scores(replay, batches, 4, per_image=True)
+    assert scores["intersection"].shape == scores["union"].shape == (4, 4)
+    truth, guess = torch.cat(masks), torch.cat(guesses)
+    for image in range(4):
+        for c in range(4):
+            t, g = truth[image] == c, guess[image] == c
+            assert scores["intersection"][image, c] == int((t & g).sum())
+            assert scores["union"][image, c] == int((t | g).sum())
+    summed = scores["intersection"].sum(0) / scores["union"].sum(0)
+    assert scores["miou"] == pytest.approx(float(summed.mean()))
+
+
 def test_detection_scores_are_cocos_box_map():
     boxes = torch.tensor([[2.0, 2.0, 12.0, 12.0], [20.0, 20.0, 40.0, 40.0]])
     targets = [{"boxes": boxes, "labels": torch.tensor([1, 2])}]

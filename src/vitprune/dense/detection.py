@@ -33,8 +33,9 @@ def faster_rcnn(model: nn.Module, num_classes: int, *, index: int = -1,
     """torchvision's Faster R-CNN on ``model``'s feature map after block ``index`` (:class:`DetectionBackbone`), for
     ``num_classes`` classes with the background (torchvision's convention: label 0 is none).
 
-    The images are taken at ``model``'s input size, already normalised (torchvision's own resizing and
-    normalisation are set to leave them as they are); anchors of ``anchor_sizes`` pixels at three aspect ratios.
+    The images are resized to ``model``'s input size (exactly: torchvision's transform with a fixed size and no
+    padding to a multiple, which a ViT's fixed patch grid would refuse) and taken as already normalised; boxes come
+    back at the images' own size. Anchors of ``anchor_sizes`` pixels at three aspect ratios.
     ``options`` go to ``FasterRCNN`` (e.g. ``box_detections_per_img``).
     """
     channels, height, width = get_adapter(model).input_size
@@ -42,4 +43,5 @@ def faster_rcnn(model: nn.Module, num_classes: int, *, index: int = -1,
     pool = MultiScaleRoIAlign(featmap_names=["0"], output_size=7, sampling_ratio=2)
     return FasterRCNN(DetectionBackbone(model, index), num_classes=num_classes, rpn_anchor_generator=anchors,
                       box_roi_pool=pool, min_size=min(height, width), max_size=max(height, width),
-                      image_mean=[0.0] * channels, image_std=[1.0] * channels, **options)
+                      image_mean=[0.0] * channels, image_std=[1.0] * channels, fixed_size=(width, height),
+                      size_divisible=1, **options)

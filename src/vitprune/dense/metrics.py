@@ -26,9 +26,11 @@ def _device(module: nn.Module) -> torch.device:
 
 @torch.no_grad()
 def segmentation_scores(segmenter: nn.Module, batches: Iterable[tuple[torch.Tensor, list[dict[str, Any]]]],
-                        num_classes: int) -> dict[str, float]:
+                        num_classes: int, *, per_image: bool = False) -> dict[str, Any]:
     """Mean IoU and pixel accuracy of ``segmenter`` on ``batches`` of ``(images, targets)`` with ``mask`` targets
-    (:func:`~vitprune.data.collate_dense`'s batches).
+    (:func:`~vitprune.data.collate_dense`'s batches); ``per_image`` adds each image's pixels of intersection and of
+    union per class (``intersection``, ``union``: ``[images, num_classes]``), from which paired statistics
+    resample mIoU (:func:`~vitprune.measure.paired.paired_metric_difference`).
 
     The IoU of each of ``num_classes`` classes (the background one of them) is taken over the whole set, its pixels'
     intersection over their union, and mIoU is their mean: the convention of ADE20K's and the papers' mIoU
@@ -36,6 +38,7 @@ def segmentation_scores(segmenter: nn.Module, batches: Iterable[tuple[torch.Tens
     metrics = _torchmetrics()
     miou = metrics.classification.MulticlassJaccardIndex(num_classes=num_classes, average="macro")
     correct = total = 0
+    counts = []
     was_training = segmenter.training
     segmenter.eval()
     device = _device(segmenter)
@@ -43,10 +46,17 @@ def segmentation_scores(segmenter: nn.Module, batches: Iterable[tuple[torch.Tens
         predicted = segmenter(images.to(device)).argmax(dim=1).cpu()
         masks = torch.stack([t["mask"] for t in targets])
         miou.update(predicted.flatten(), masks.flatten())
+        if per_image:
+            counts.append(metrics.functional.classification.multiclass_stat_scores(
+                predicted, masks, num_classes, average=None, multidim_average="samplewise"))
         correct += int((predicted == masks).sum())
         total += masks.numel()
     segmenter.train(was_training)
-    return {"miou": float(miou.compute()), "pixel_accuracy": correct / total}
+    scores: dict[str, Any] = {"miou": float(miou.compute()), "pixel_accuracy": correct / total}
+    if per_image:
+        tp, fp, _, fn, _ = torch.cat(counts).unbind(dim=2)  # [images, classes] each
+        scores.update(intersection=tp, union=tp + fp + fn)
+    return scores
 
 
 @torch.no_grad()

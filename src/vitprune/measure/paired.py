@@ -15,7 +15,7 @@ by overlapping intervals.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,7 @@ ALPHA = 0.05
 
 @dataclass(frozen=True)
 class PairedDifference(JsonRecord):
-    """Top-1 of arm A minus arm B in points, with its bootstrap distribution's summaries.
+    """Top-1 (or another score) of arm A minus arm B in points, with its bootstrap distribution's summaries.
 
     ``low`` and ``high`` bound the two-sided ``level`` interval. ``p_greater`` is the one-sided p-value of
     "A is not better" (the share of resampled differences at or below 0), ``p_less`` of "A is not worse",
@@ -65,14 +65,55 @@ def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, l
         raise ValueError(f"paired arms need the same seeds and images, got {a.shape} and {b.shape}")
     diff = 100 * (a - b)
     seeds, images = diff.shape
-    rng = np.random.default_rng(seed)
     draws = np.empty(resamples)
-    # weights form: the mean over a resample is w_seeds @ diff @ w_images / (seeds * images); chunks bound memory
+    # weights form: the mean over a resample is w_seeds @ diff @ w_images / (seeds * images)
+    for chunk, w_seeds, w_images in _weights(seeds, images, resamples, seed):
+        draws[chunk] = np.einsum("bs,si,bi->b", w_seeds, diff, w_images) / (seeds * images)
+    return _summary(float(diff.mean()), draws, margin, level, seeds, images, float(np.mean(a != b)))
+
+
+def paired_metric_difference(a: np.ndarray, b: np.ndarray, metric: Callable[[np.ndarray], np.ndarray], *,
+                             margin: float = MARGIN, level: float = 0.95, resamples: int = 10_000,
+                             seed: int = 0) -> PairedDifference:
+    """:func:`paired_difference` for a score that is not a mean over images but a function of counts summed over
+    them, as mIoU is (each class's pixels of intersection and of union, summed over the set, then the ratio's mean
+    over classes).
+
+    ``a`` and ``b`` are ``[seeds, images, counts]``; ``metric`` maps summed counts ``[..., counts]`` to the score in
+    points ``[...]``. An arm's score is the mean over seeds of ``metric`` of its images' summed counts; a resample
+    draws seeds and images as :func:`paired_difference` does (the same draws for the same ``seed``, so a mean
+    written as counts ``[correct, 1]`` gives its very distribution) and sums each drawn image's counts as often as
+    it was drawn. ``discordant`` is the share of images whose counts differ.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 3:
+        raise ValueError(f"paired arms need [seeds, images, counts] of one shape, got {a.shape} and {b.shape}")
+    seeds, images, _ = a.shape
+    effect = float(np.mean(metric(a.sum(axis=1)) - metric(b.sum(axis=1))))
+    draws = np.empty(resamples)
+    for chunk, w_seeds, w_images in _weights(seeds, images, resamples, seed):
+        per_seed = (metric(np.einsum("bi,sik->bsk", w_images, a)) - metric(np.einsum("bi,sik->bsk", w_images, b)))
+        draws[chunk] = np.einsum("bs,bs->b", w_seeds, per_seed) / seeds
+    return _summary(effect, draws, margin, level, seeds, images, float(np.mean((a != b).any(axis=2))))
+
+
+def _weights(seeds: int, images: int, resamples: int, seed: int
+             ) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:
+    """The two-way bootstrap's draws as weights (how often each seed and each image is drawn), in chunks that bound
+    memory: ``(chunk, w_seeds [n, seeds], w_images [n, images])``."""
+    rng = np.random.default_rng(seed)
     for start in range(0, resamples, 1000):
         n = min(1000, resamples - start)
         w_seeds = rng.multinomial(seeds, np.full(seeds, 1 / seeds), size=n).astype(np.float64)
         w_images = rng.multinomial(images, np.full(images, 1 / images), size=n).astype(np.float64)
-        draws[start:start + n] = np.einsum("bs,si,bi->b", w_seeds, diff, w_images) / (seeds * images)
+        yield slice(start, start + n), w_seeds, w_images
+
+
+def _summary(effect: float, draws: np.ndarray, margin: float, level: float, seeds: int, images: int,
+             discordant: float) -> PairedDifference:
+    """The interval and p-values of ``draws``: resampled differences beyond the null value, counted with the usual
+    +1 so none is 0."""
+    resamples = len(draws)
     tail = (1 - level) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
 
@@ -81,10 +122,10 @@ def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, l
 
     below, above = p(int(np.sum(draws <= -margin))), p(int(np.sum(draws >= margin)))
     beyond = min(1.0, 2 * min(p(int(np.sum(draws <= margin))), p(int(np.sum(draws >= -margin)))))
-    return PairedDifference(effect=float(diff.mean()), low=float(low), high=float(high),
+    return PairedDifference(effect=effect, low=float(low), high=float(high),
                             p_greater=p(int(np.sum(draws <= 0))), p_less=p(int(np.sum(draws >= 0))),
                             p_equivalent=max(below, above), p_beyond=beyond, margin=margin, seeds=seeds, images=images,
-                            discordant=float(np.mean(a != b)))
+                            discordant=discordant)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
