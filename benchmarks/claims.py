@@ -168,7 +168,7 @@ def unpack(text: str, images: int) -> np.ndarray:
     return np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))[:images].astype(bool)
 
 
-def _source_hash(parts: tuple[Any, ...]) -> str:
+def source_hash(parts: tuple[Any, ...]) -> str:
     """Hash of the code in ``parts``: functions and classes of this file (their source) and vitprune's packages or
     modules (by path below ``vitprune/``, every ``.py`` file under it)."""
     root = Path(vitprune.__file__).parent
@@ -201,7 +201,7 @@ class Runner:
         self.weights = {seed: weights_fingerprint(model) for seed, model in setting.checkpoints.items()}
         spent = {k: v for k, v in asdict(budget).items() if k != "seeds"}  # a unit is per seed already
         self.budget_hash = hashlib.sha256(json.dumps(spent, sort_keys=True).encode()).hexdigest()
-        self.code = {family: _source_hash(parts) for family, parts in family_code().items()}
+        self.code = {family: source_hash(parts) for family, parts in family_code().items()}
         self.memo: dict[Any, Any] = {}
         self._nested = 0.0
         self.measured = 0
@@ -380,24 +380,27 @@ def layer_savings(dense: nn.Module) -> dict[str, int]:
     return savings
 
 
-def trim_to(model: nn.Module, target: float) -> int:
-    """Remove the lowest-magnitude FFN neurons (ranked over the blocks that keep their GELU) until the model costs
-    at most ``target`` MACs; returns how many went. This tops a depth choice up to an exact MAC budget."""
-    if final_macs(model) <= target:
+def trim_to(model: nn.Module, target: float, *, macs: Callable[[nn.Module], float] = final_macs,
+            scores: dict[int, torch.Tensor] | None = None, stats: Any = None) -> int:
+    """Remove the lowest-scored FFN neurons (``scores``, by default their magnitude; ranked over the blocks that keep
+    their GELU) until the model costs at most ``target`` by ``macs``; returns how many went. ``stats`` (VBP's MLP
+    statistics) folds the removed neurons' mean into the next bias. This tops a depth choice up to an exact MAC
+    budget, and brings VBP to one."""
+    if macs(model) <= target:
         return 0
     blocks = set(remaining_layers(model)["activation"])
-    scores = {b: s for b, s in magnitude_scores(model).items() if b in blocks}
+    scores = {b: s for b, s in (magnitude_scores(model) if scores is None else scores).items() if b in blocks}
     total = sum(len(s) for s in scores.values())
 
     def removed(count: int) -> dict[int, list[int]]:
         return select_neurons(scores, count / total, rounding="round")
 
-    def cost(count: int) -> int:
+    def cost(count: int) -> float:
         work = copy.deepcopy(model)
-        prune_by_selection(work, removed(count))
-        return final_macs(work)
+        prune_by_selection(work, removed(count), stats)
+        return macs(work)
 
-    full, none = cost(total), final_macs(model)
+    full, none = cost(total), macs(model)
     if full > target:
         raise VitpruneError("no neuron trim reaches the MAC target")
     # The fewest neurons that reach the target: cost(high) <= target < cost(low). Neurons of a plain ViT all cost
@@ -411,7 +414,7 @@ def trim_to(model: nn.Module, target: float) -> int:
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if cost(mid) <= target else (mid, high)
-    prune_by_selection(model, removed(high))
+    prune_by_selection(model, removed(high), stats)
     return high
 
 
@@ -804,7 +807,7 @@ def composition_claims(r: Runner, star_table: dict[str, Any]) -> tuple[list[dict
 
 
 def family_code() -> dict[str, tuple[Any, ...]]:
-    """The code each family of units runs: this file's functions and vitprune's packages (:func:`_source_hash`).
+    """The code each family of units runs: this file's functions and vitprune's packages (:func:`source_hash`).
     A unit's key holds its family's hash, so changing any of it re-measures the family."""
     base = (Runner, final_macs, _bisect, pack, "adapters", "surgery", "training", "measure", "data", "models",
             "layers.py", "recipe", "methods/stages.py")

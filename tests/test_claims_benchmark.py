@@ -133,7 +133,7 @@ def test_a_changed_code_hash_or_weights_file_re_measures_the_unit(claims, tmp_pa
 def test_the_code_hash_covers_the_library_and_this_files_functions(claims):
     code = claims.family_code()
     assert set(code) == {"dense", "hetdpt", "vbp", "star", "hiap", "width", "compose"}
-    hashes = {family: claims._source_hash(parts) for family, parts in code.items()}
+    hashes = {family: claims.source_hash(parts) for family, parts in code.items()}
     assert len(set(hashes.values())) == len(hashes)  # every family hashes its own code
     assert claims.vbp_claims in code["vbp"] and "methods/vbp" in code["vbp"]
     assert claims.step2 in code["width"]  # HetDPT+ runs on Step 2's layers

@@ -63,7 +63,8 @@ def test_a_resized_backbone_gets_its_own_size_and_boxes_come_back_at_the_images(
     padding; the boxes are mapped back to the 64-px canvases."""
     model = _backbone("deit")
     set_input_size(model, SIZE + 8, SIZE + 8)
-    detector = faster_rcnn(model, CLUTTERED_DENSE.num_classes, box_score_thresh=0.0).eval()
+    detector = faster_rcnn(model, CLUTTERED_DENSE.num_classes, representation=64, box_score_thresh=0.0).eval()
+    assert detector.roi_heads.box_predictor.cls_score.in_features == 64
     seen = []
     detector.backbone.register_forward_pre_hook(lambda module, args: seen.append(tuple(args[0].shape[-2:])))
     images = [torch.randn(1, SIZE, SIZE, generator=torch.Generator().manual_seed(i)) for i in range(2)]
