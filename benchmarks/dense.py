@@ -45,7 +45,6 @@ budget, so an interrupted run continues and a changed one re-measures.
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
 import hashlib
 import json
@@ -53,7 +52,6 @@ import math
 import statistics
 import sys
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -63,7 +61,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from claims import MATCH, final_macs, source_hash, trim_to
-from profile_deit import write_results
+from dense_page import ARMS, SHOWN, SHOWN_SCORE, pack_array, unpack_array, write
 from scipy.stats import t as student_t
 from torch import nn
 from torch.utils.data import DataLoader, Subset
@@ -84,15 +82,9 @@ from vitprune.methods.stages import weights_fingerprint
 from vitprune.methods.vbp import mlp_statistics, neuron_scores
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
-from vitprune.plotting import figure, save_figure
 from vitprune.surgery import merge_linear_mlps, prune_depth, set_input_size
 from vitprune.training import TrainConfig, finetune_pruned
 
-#: The backbones, in table order, and their labels.
-ARMS = {"dense": "dense", "hetdpt": "HetDPT (depth)", "vbp": "VBP (FFN neurons)", "width": "width (Taylor)"}
-#: HetDPT's own gaps to the dense DeiT-B backbone, in points: Table 4 (COCO, H-Deformable-DETR 12 epochs, 10 of 24
-#: layers removed: 32.4 vs 32.8 mAP) and Table 5 (ADE20K, 8 layers removed: 46.4 vs 47.0 mIoU).
-PAPER_GAPS = {"map": -0.4, "miou": -0.6}
 #: Faster R-CNN's sampling and box head, smaller than torchvision's defaults (2000 proposals, 512 regions per
 #: image, 1024 features), which are sized for COCO's 800-px images and only cost time on 64-px canvases with one
 #: to three digits.
@@ -100,9 +92,6 @@ DETECTOR = {"rpn_pre_nms_top_n_train": 200, "rpn_post_nms_top_n_train": 100, "rp
             "rpn_post_nms_top_n_test": 100, "box_batch_size_per_image": 16, "box_detections_per_img": 20}
 REPRESENTATION = 256
 RESULTS = Path(__file__).resolve().parent / "results"
-#: Validation canvases drawn in the page's figures, and the score a box needs to be drawn.
-SHOWN, SHOWN_SCORE = 4, 0.5
-
 
 @dataclass
 class Budget:
@@ -118,7 +107,6 @@ class Budget:
     tune_lr: float = 1e-4
     tune_batch: int = 64
     train_images: int = 2000
-    epochs: int = 1
     batch_size: int = 32
     seg_epochs: int = 20
     det_epochs: int = 14
@@ -142,6 +130,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="one seed and small budgets")
     parser.add_argument("--seeds", type=int, nargs="+", help="seeds (and dense checkpoints) to run")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    parser.add_argument("--render", action="store_true", help="render the page from the stored report, measuring "
+                                                               "nothing")
     parser.add_argument("--claims-store", type=Path, default=RESULTS / "claims.store.json",
                         help="the claims run's store, which holds HetDPT's layers for each seed")
     return parser.parse_args(argv)
@@ -170,14 +160,6 @@ class Store:
             write_json(self.path, {"units": self.units})
             print(f"{name}: {self.units[name]['seconds']:.1f} s", flush=True)
         return self.units[name]["value"]
-
-
-def _pack(array: np.ndarray) -> str:
-    return base64.b64encode(zlib.compress(np.ascontiguousarray(array).tobytes(), 9)).decode("ascii")
-
-
-def _unpack(text: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
-    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype).reshape(shape)
 
 
 # ------------------------------------------------------------------------------------------------- backbones
@@ -337,7 +319,7 @@ def score(task: str, head: nn.Module, b: Budget) -> dict[str, Any]:
             scores = segmentation_scores(head, batches, CLUTTERED_DENSE.num_classes, per_image=True)
             counts = torch.stack([scores.pop("intersection"), scores.pop("union")], dim=2).numpy().astype(np.uint16)
             masks = head(shown).argmax(dim=1).numpy().astype(np.uint8)
-            return {**scores, "counts": _pack(counts), "shown": _pack(masks)}
+            return {**scores, "counts": pack_array(counts), "shown": pack_array(masks)}
         found = head(list(shown))
     kept = [{k: v[f["scores"] >= SHOWN_SCORE].tolist() for k, v in f.items()} for f in found]
     return {**detection_scores(head, batches), "shown": kept}
@@ -367,6 +349,18 @@ def _backbone_of(head: nn.Module) -> nn.Module:
 # ------------------------------------------------------------------------------------------------- the run
 
 
+def measuring_code() -> str:
+    """Hash of the code a measurement runs (this file's measuring functions, the claims functions they call,
+    vitprune's packages) and of the settings that live in constants, not in the budget. The page's code is left
+    out: rendering again measures nothing."""
+    settings = json.dumps({"detector": DETECTOR, "representation": REPRESENTATION, "shown": [SHOWN, SHOWN_SCORE]},
+                          sort_keys=True)
+    code = source_hash((Setting, Cache, build_head, train_head, score, whole_macs, _backbone_of, _loader, _val,
+                        pack_array, trim_to, final_macs, "adapters", "surgery", "training", "measure", "data", "models",
+                        "methods", "dense", "recipe", "layers.py", "linear.py"))
+    return hashlib.sha256((code + settings).encode()).hexdigest()
+
+
 def hetdpt_layers(path: Path, seed: int) -> dict[str, list[int]]:
     """The layers HetDPT's Step 2 chose for the seed's checkpoint on the claims page."""
     units = read_json(path)["units"] if path.exists() else {}
@@ -382,9 +376,7 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
     """Every measurement (or its stored value), then the report; ``checkpoints(seed=s)`` gives seed ``s``'s dense
     model."""
     store = Store(out_dir / f"{stem}.store.json")
-    code = source_hash((sys.modules[__name__], trim_to, final_macs,
-                        "adapters", "surgery", "training", "measure", "data", "models", "methods", "dense", "recipe",
-                        "layers.py", "linear.py"))
+    code = measuring_code()
     spent = json.dumps(asdict(replace(budget, seeds=[])), sort_keys=True)
     start = time.perf_counter()
     rows: dict[int, dict[str, Any]] = {}
@@ -454,7 +446,7 @@ def statistics_of(rows: dict[int, dict[str, Any]], b: Budget) -> dict[str, Any]:
     seeds = list(rows)
 
     def counts(arm: str) -> np.ndarray:
-        flat = [_unpack(rows[s][arm]["segmentation"]["counts"], np.uint16, shape) for s in seeds]
+        flat = [unpack_array(rows[s][arm]["segmentation"]["counts"], np.uint16, shape) for s in seeds]
         return np.stack(flat).reshape(len(seeds), b.val_images, -1).astype(np.float64)
 
     out = {}
@@ -470,144 +462,6 @@ def statistics_of(rows: dict[int, dict[str, Any]], b: Budget) -> dict[str, Any]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------- the page
-
-
-def _mean(rows: dict[int, dict[str, Any]], arm: str, task: str, metric: str) -> float:
-    return statistics.fmean(rows[s][arm][task][metric] for s in rows)
-
-
-def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:
-    """The results page."""
-    rows, b, stats, speed = report["rows"], report["budget"], report["stats"], report["speed"]
-    seeds = list(rows)
-    first = seeds[0]
-    dense_macs = rows[first]["dense"]["backbone"]["macs"]
-    minutes = report["seconds"]["measurements"] / 60
-    lines = [
-        "# Pruned backbones for segmentation and detection (cluttered MNIST)",
-        "",
-        f"Command: `{command}` · {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}) · "
-        f"measured {report['date']} on {report['threads']} CPU threads, torch {', '.join(report['torch'])} · "
-        f"wall time of the measurements {minutes:.1f} min.",
-        "",
-        "Starting checkpoints: `cluttered-mnist-vit` trained with seeds " + ", ".join(map(str, seeds)) +
-        " (weights " + ", ".join(f"`{report['checkpoints'][s][:12]}`" for s in seeds) + "). Protocol: the docstring "
-        "of [`benchmarks/dense.py`](../dense.py); the library calls it uses: [docs/dense.md](../../docs/dense.md). "
-        f"Backbones on {b['size']}x{b['size']} inputs (the 64-px canvases resized); each trained "
-        f"{b['epochs']} epoch on {b['train_images']} canvases per head, scored on {b['val_images']} held-out ones.",
-        "",
-        "## Cost",
-        "",
-        "Backbone MACs: vitprune's counter, full convention (attention matmuls included) at the dense input; whole "
-        "model: torch's FlopCounterMode on one canvas (the detector after its 100 test proposals; RoIAlign and NMS "
-        "not counted). Speedup: time of the dense model / time of the pruned one, median over alternating pairs "
-        f"(IQR), CPU, float32, {speed[next(iter(speed))]['backbone']['pairs']} pairs.",
-        "",
-        "| backbone | backbone MACs (M) | share | params (M) | segmenter MACs (M) | detector MACs (M) | "
-        "speedup backbone (b 32) | segmenter (b 32) | detector (b 8) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for arm, label in ARMS.items():
-        row = rows[first][arm]
-        cells = [label, f"{row['backbone']['macs'] / 1e6:.1f}", f"{row['backbone']['macs'] / dense_macs:.1%}",
-                 f"{row['backbone']['params'] / 1e6:.2f}", f"{row['segmentation']['macs'] / 1e6:.1f}",
-                 f"{row['detection']['macs'] / 1e6:.1f}"]
-        for part in ("backbone", "segmentation", "detection"):
-            s = speed.get(arm, {}).get(part)
-            cells.append("1 (reference)" if s is None else
-                         f"{s['speedup']:.2f}x ({s['speedup_q1']:.2f}-{s['speedup_q3']:.2f})")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Scores",
-        "",
-        "Mean over seeds (per seed in brackets). Δ: pruned minus dense in points with its 95% interval — mIoU "
-        "resampling seeds and images (two-way bootstrap of each image's intersections and unions), mAP paired by "
-        "seed (t-interval; COCO's mAP ranks detections over the whole set, so it does not split by image).",
-        "",
-        "| backbone | mIoU (%) | Δ mIoU | pixel acc. (%) | box mAP (%) | Δ mAP | mAP@0.5 (%) | mAP@0.75 (%) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for arm, label in ARMS.items():
-        per_seed = ", ".join(f"{100 * rows[s][arm]['segmentation']['miou']:.1f}" for s in seeds)
-        per_seed_map = ", ".join(f"{100 * rows[s][arm]['detection']['map']:.1f}" for s in seeds)
-        gap = stats.get(arm)
-        cells = [label, f"{100 * _mean(rows, arm, 'segmentation', 'miou'):.1f} ({per_seed})",
-                 "—" if gap is None else f"{gap['miou']['effect']:+.2f} [{gap['miou']['low']:+.2f}, "
-                                         f"{gap['miou']['high']:+.2f}]",
-                 f"{100 * _mean(rows, arm, 'segmentation', 'pixel_accuracy'):.2f}",
-                 f"{100 * _mean(rows, arm, 'detection', 'map'):.1f} ({per_seed_map})",
-                 "—" if gap is None else f"{gap['map']['effect']:+.2f} [{gap['map']['low']:+.2f}, "
-                                         f"{gap['map']['high']:+.2f}]",
-                 f"{100 * _mean(rows, arm, 'detection', 'map_50'):.1f}",
-                 f"{100 * _mean(rows, arm, 'detection', 'map_75'):.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    hetdpt = stats["hetdpt"]
-    lines += [
-        "",
-        "## Against the paper",
-        "",
-        f"HetDPT reports its pruned DeiT-B {PAPER_GAPS['map']:+.1f} mAP below the dense backbone on COCO (Table 4, "
-        f"10 of 24 layers) and {PAPER_GAPS['miou']:+.1f} mIoU on ADE20K (Table 5, 8 layers). Here its backbone "
-        f"(at {rows[first]['hetdpt']['backbone']['macs'] / dense_macs:.0%} of the dense backbone's MACs on the "
-        f"dense input) lands at {hetdpt['miou']['effect']:+.2f} mIoU [{hetdpt['miou']['low']:+.2f}, "
-        f"{hetdpt['miou']['high']:+.2f}] and {hetdpt['map']['effect']:+.2f} mAP [{hetdpt['map']['low']:+.2f}, "
-        f"{hetdpt['map']['high']:+.2f}].",
-        "",
-        f"![masks]({stem}_masks.png)",
-        "",
-        f"![boxes]({stem}_boxes.png)",
-        "",
-        f"Figures: the first {SHOWN} validation canvases, seed {first}; masks are each arm's per-pixel classes "
-        f"(background black), boxes those scored ≥ {SHOWN_SCORE} with their digit.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def plot(report: dict[str, Any], out_dir: Path, stem: str) -> None:
-    """The masks and the boxes each arm predicts on the first validation canvases, beside the truth."""
-    from matplotlib import colors
-
-    rows, first = report["rows"], next(iter(report["rows"]))
-    task = CLUTTERED_DENSE
-    canvases = [((image[0] * task.std + task.mean).numpy(), target)
-                for image, target in (ClutteredDenseDataset("val")[i] for i in range(SHOWN))]
-    palette = colors.ListedColormap(["black", *[f"C{i}" for i in range(10)]])
-    size = CLUTTERED_DENSE.input_size[1:]
-    for kind in ("masks", "boxes"):
-        fig = figure(figsize=(2 * (len(ARMS) + 1), 2 * SHOWN))
-        axes = fig.subplots(SHOWN, len(ARMS) + 1)
-        for i, (canvas, target) in enumerate(canvases):
-            columns = [("truth", None), *[(label, arm) for arm, label in ARMS.items()]]
-            for j, (title, arm) in enumerate(columns):
-                ax = axes[i, j]
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if i == 0:
-                    ax.set_title(title, fontsize=9)
-                if kind == "masks":
-                    mask = (target["mask"].numpy() if arm is None else
-                            _unpack(rows[first][arm]["segmentation"]["shown"], np.uint8, (SHOWN, *size))[i])
-                    ax.imshow(mask, cmap=palette, vmin=0, vmax=10, interpolation="nearest")
-                    continue
-                ax.imshow(canvas, cmap="gray", vmin=0, vmax=1)
-                found = ({"boxes": target["boxes"].tolist(), "labels": target["labels"].tolist()} if arm is None
-                         else rows[first][arm]["detection"]["shown"][i])
-                for (x1, y1, x2, y2), label in zip(found["boxes"], found["labels"]):
-                    colour = f"C{label - 1}"
-                    ax.add_patch(_rectangle(x1, y1, x2, y2, colour))
-                    ax.text(x1, y1 - 1, str(label - 1), color=colour, fontsize=8)
-        save_figure(fig, out_dir / f"{stem}_{kind}.png")
-
-
-def _rectangle(x1: float, y1: float, x2: float, y2: float, colour: str) -> Any:
-    from matplotlib.patches import Rectangle
-
-    return Rectangle((x1 - 0.5, y1 - 0.5), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=1.2)
-
-
 def command(budget: Budget, quick: bool) -> str:
     """The command line that makes this page."""
     return "python benchmarks/dense.py" + (" --quick" if quick else "") + " --seeds " + " ".join(map(str, budget.seeds))
@@ -621,13 +475,15 @@ def main(argv: list[str] | None = None) -> None:
         budget = replace(budget, seeds=args.seeds)
     stem = "dense_quick" if args.quick else "dense"
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        write(read_json(args.out_dir / f"{stem}.json"), args.out_dir, stem)
+        return
     try:
         report = run(budget, args.out_dir, stem, args.claims_store)
     except VitpruneError as exc:
         sys.exit(f"error: {exc}")
     report["command"] = command(budget, args.quick)
-    plot(report, args.out_dir, stem)
-    write_results(args.out_dir, stem, report, to_markdown(report, report["command"], stem))
+    write(report, args.out_dir, stem)
 
 
 if __name__ == "__main__":

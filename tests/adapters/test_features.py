@@ -81,6 +81,28 @@ def test_hugging_face_maps_are_transformers_hidden_states():
     _close(_maps(model, x), expected)
 
 
+@pytest.mark.parametrize("used_before", [True, False], ids=["run-then-pruned", "pruned-reloaded"])
+def test_transformers_hidden_states_keep_the_layers_vitprune_converted(used_before, tmp_path):
+    """transformers 5 records hidden states with hooks on its own layer class; a layer that lost its attention
+    (converted) keeps them, whether transformers installed them before the edit (the model had run) or not (a
+    fresh load replays the edit first). The states equal vitprune's maps."""
+    from conftest import HF_TINY
+
+    model = tracked("hf:ViTForImageClassification", {**HF_TINY, "num_hidden_layers": 3})
+    x = _images(model)
+    if used_before:
+        with torch.no_grad():
+            model(x)
+    prune_depth(model, attention=[1])
+    if not used_before:
+        model = _reloaded(model, tmp_path / "pruned")
+    with torch.no_grad():
+        hidden = model.hf(pixel_values=x, output_hidden_states=True).hidden_states
+    assert len(hidden) == 4
+    rows, cols = vitprune.get_adapter(model).grid_size
+    _close(_maps(model, x), [h[:, 1:].reshape(2, rows, cols, -1).permute(0, 3, 1, 2) for h in hidden[1:]])
+
+
 @pytest.mark.needs("dense_features", "ffn_width")
 def test_a_pruned_reloaded_model_gives_the_masked_models_maps(small_model_spec, tmp_path):
     """Removing FFN neurons equals zeroing their columns of fc2; the maps of every block agree after a save/load."""

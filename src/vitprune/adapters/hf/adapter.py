@@ -8,6 +8,7 @@ attention map)``; the model's output a ``ModelOutput`` rather than logits (hence
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -208,8 +209,24 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
             raise ValueError(f"{self._prefix}.layers.{index} prunes tokens; depth surgery on such a layer is not "
                              "supported")
         if not isinstance(layer, HFBlock):
-            layer = self._layers[index] = HFBlock(layer)
+            layer = self._replace_layer(index, HFBlock(layer))
         return layer
+
+    def _replace_layer(self, index: int, new: nn.Module) -> nn.Module:
+        """Put ``new`` in place of layer ``index``, with the forward hooks the old layer had.
+
+        transformers 5 collects ``output_hidden_states`` with hooks it installs, at the model's first forward, on
+        the modules of its own layer class: a converted layer would be left out and the list come back short and
+        shifted. The hooks are installed now if they are not yet, and the new layer carries them on."""
+        with contextlib.suppress(ImportError):  # transformers 4 collects hidden states in the layer loop instead
+            from transformers.utils.output_capturing import maybe_install_capturing_hooks
+
+            maybe_install_capturing_hooks(self.model.hf)
+        old = self._layers[index]
+        for hooks in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called"):
+            getattr(new, hooks).update(getattr(old, hooks))
+        self._layers[index] = new
+        return new
 
     def set_attention(self, index: int, qkv: Sequence[nn.Linear], proj: nn.Linear, num_heads: int,
                       head_dim: int | None = None, heads: Sequence[int] | None = None) -> None:
@@ -301,9 +318,9 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
         if gate is not None or (isinstance(layer, HFBlock) and not isinstance(layer.act, nn.Identity)):
             raise ValueError(f"{self._prefix}.layers.{index}: token pruning needs an ungated attention and no output "
                              "activation")
-        self._layers[index] = HFTokenPruneBlock(layer, num_prefix_tokens=self.num_prefix_tokens,
-                                                num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha,
-                                                adaptive=adaptive)
+        self._replace_layer(index, HFTokenPruneBlock(layer, num_prefix_tokens=self.num_prefix_tokens,
+                                                     num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha,
+                                                     adaptive=adaptive))
 
     def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
         layer = self._layers[index]
