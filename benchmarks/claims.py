@@ -863,9 +863,11 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
             "threads": sorted({u["threads"] for u in used.values()})}
 
 
-def command(budget: Budget, quick: bool) -> str:
-    """The command line that makes this page: every flag that sets what is measured."""
-    return "python benchmarks/claims.py" + (" --quick" if quick else "") + " --seeds " + " ".join(map(str, budget.seeds))
+def command(budget: Any, quick: bool, script: str = "claims") -> str:
+    """The command line of ``benchmarks/<script>.py`` that makes its page: every flag that sets what is measured
+    (``budget``'s seeds)."""
+    seeds = " ".join(map(str, budget.seeds))
+    return f"python benchmarks/{script}.py" + (" --quick" if quick else "") + f" --seeds {seeds}"
 
 
 def main(argv: list[str] | None = None) -> None:

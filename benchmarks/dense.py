@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from claims import MATCH, final_macs, source_hash, trim_to
+from claims import MATCH, command, final_macs, source_hash, trim_to
 from dense_page import ARMS, SHOWN, SHOWN_SCORE, pack_array, unpack_array, write
 from scipy.stats import t as student_t
 from torch import nn
@@ -462,11 +462,6 @@ def statistics_of(rows: dict[int, dict[str, Any]], b: Budget) -> dict[str, Any]:
     return out
 
 
-def command(budget: Budget, quick: bool) -> str:
-    """The command line that makes this page."""
-    return "python benchmarks/dense.py" + (" --quick" if quick else "") + " --seeds " + " ".join(map(str, budget.seeds))
-
-
 def main(argv: list[str] | None = None) -> None:
     """Measure what is missing or stale, then write the JSON, page and figures."""
     args = parse_args(argv)
@@ -482,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
         report = run(budget, args.out_dir, stem, args.claims_store)
     except VitpruneError as exc:
         sys.exit(f"error: {exc}")
-    report["command"] = command(budget, args.quick)
+    report["command"] = command(budget, args.quick, "dense")
     write(report, args.out_dir, stem)
 
 

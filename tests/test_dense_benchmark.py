@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import benchmark_module, tracked
 
-from vitprune.atomic import write_json
+from vitprune.atomic import read_json, write_json
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None
                                 or importlib.util.find_spec("torchmetrics") is None,
@@ -77,9 +77,12 @@ def test_the_run_brings_every_arm_to_the_hetdpt_backbones_macs_and_resumes(dense
     per_seed = report["stats"]["vbp"]["map"]["per_seed"]
     assert report["stats"]["vbp"]["map"]["effect"] == pytest.approx(np.mean(per_seed))
     assert dense.run(budget, tmp_path, "tiny", claims_store, checkpoints)["seconds"]["measured_now"] == 0
-    dense.plot(report, tmp_path, "tiny")
-    page = dense.to_markdown(report, "python benchmarks/dense.py", "tiny")
+    dense.write({**report, "command": "python benchmarks/dense.py"}, tmp_path, "tiny")
+    page = (tmp_path / "tiny.md").read_text(encoding="utf-8")
     assert "![masks](tiny_masks.png)" in page and "| HetDPT (depth) |" in page
+    # The page renders from the report alone (what --render does): again from its JSON, byte for byte.
+    dense.write(read_json(tmp_path / "tiny.json"), tmp_path, "tiny")
+    assert (tmp_path / "tiny.md").read_text(encoding="utf-8") == page
     assert (tmp_path / "tiny_masks.png").stat().st_size > 0 and (tmp_path / "tiny_boxes.png").stat().st_size > 0
 
 
