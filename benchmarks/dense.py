@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -197,27 +198,33 @@ class Setting:
             self._backbones[arm] = model.eval()
         return self._backbones[arm]
 
+    @functools.cached_property
     def target(self) -> int:
         """The HetDPT backbone's MACs on the dense canvases: what VBP and width are brought to."""
-        return self.dense_macs(self._hetdpt())
+        return self.dense_macs(self._hetdpt_pruned)
 
-    def _hetdpt(self) -> nn.Module:
+    @functools.cached_property
+    def _hetdpt_pruned(self) -> nn.Module:
+        """HetDPT's pruned model before recovery, made once: its arm and the others' target both need it."""
         model = copy.deepcopy(self.checkpoint)
         prune_depth(model, self.layers["attention"], self.layers["activation"], merge=False)
         trim_to(model, self.b.depth_share * final_macs(self.checkpoint))
         return model
 
+    def _hetdpt(self) -> nn.Module:
+        return copy.deepcopy(self._hetdpt_pruned)
+
     def _vbp(self) -> nn.Module:
         stats = mlp_statistics(self.checkpoint, self.calibration)
         scores = neuron_scores(self.checkpoint, "variance", self.calibration, stats=stats)
         model = copy.deepcopy(self.checkpoint)
-        trim_to(model, self.target(), macs=self.dense_macs, scores=scores, stats=stats)
+        trim_to(model, self.target, macs=self.dense_macs, scores=scores, stats=stats)
         return model
 
     def _width(self) -> nn.Module:
         """Width pruning plans at the classifier's own size; its target there is adjusted until the result, on
         the dense canvases, lands just above the HetDPT backbone's MACs, and a neuron trim takes it the rest."""
-        target, own = self.target(), final_macs(self.checkpoint)
+        target, own = self.target, final_macs(self.checkpoint)
         gradients = taylor_gradients(self.checkpoint, self.calibration[:4])
         share = target / self.dense_macs(self.checkpoint)
         for _ in range(8):
@@ -312,8 +319,9 @@ def _val(b: Budget) -> Subset:
 
 def score(task: str, head: nn.Module, b: Budget) -> dict[str, Any]:
     """The trained head's scores on the validation canvases, and its predictions on the first :data:`SHOWN`."""
-    batches = _loader(_val(b), 64)
-    shown = torch.stack([_val(b)[i][0] for i in range(SHOWN)])
+    val = _val(b)
+    batches = _loader(val, 64)
+    shown = torch.stack([val[i][0] for i in range(SHOWN)])
     with torch.no_grad():
         if task == "segmentation":
             scores = segmentation_scores(head, batches, CLUTTERED_DENSE.num_classes, per_image=True)
