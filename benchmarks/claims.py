@@ -26,7 +26,6 @@ interrupted run continues where it stopped and a page never shows a stale number
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
 import hashlib
 import inspect
@@ -55,6 +54,8 @@ from vitprune.data.cluttered_mnist import ClutteredMnistDataset
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs
 from vitprune.measure.paired import PairedDifference, decide, holm, paired_difference
+from vitprune.measure.paired import pack_correct as pack
+from vitprune.measure.paired import unpack_correct as unpack
 from vitprune.methods.hetdpt import collect_predictor_data, fit_predictor, transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.pipeline import te_shortlist
@@ -63,7 +64,8 @@ from vitprune.methods.hiap.search import fixed_macs
 from vitprune.methods.stages import weights_fingerprint
 from vitprune.methods.star import (apply_keep_rates, average_cosine_similarity, inter_layer_scores, keep_rates,
                                    rho_for_macs)
-from vitprune.methods.vbp import magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection, select_neurons
+from vitprune.methods.vbp import (magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection,
+                                  select_for_macs, select_neurons)
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
 from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers
@@ -156,16 +158,6 @@ def load_setting(budget: Budget) -> Setting:
 
 
 # ---------------------------------------------------------------------------------------------------- the store
-
-
-def pack(correct: torch.Tensor) -> str:
-    """Per-image correctness as text for the store (packed bits, base64)."""
-    return base64.b64encode(np.packbits(correct.numpy().astype(bool)).tobytes()).decode("ascii")
-
-
-def unpack(text: str, images: int) -> np.ndarray:
-    """:func:`pack`'s inverse."""
-    return np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))[:images].astype(bool)
 
 
 def source_hash(parts: tuple[Any, ...]) -> str:
@@ -386,36 +378,14 @@ def trim_to(model: nn.Module, target: float, *, macs: Callable[[nn.Module], floa
     their GELU) until the model costs at most ``target`` by ``macs``; returns how many went. ``stats`` (VBP's MLP
     statistics) folds the removed neurons' mean into the next bias. This tops a depth choice up to an exact MAC
     budget, and brings VBP to one."""
-    if macs(model) <= target:
-        return 0
     blocks = set(remaining_layers(model)["activation"])
     scores = {b: s for b, s in (magnitude_scores(model) if scores is None else scores).items() if b in blocks}
-    total = sum(len(s) for s in scores.values())
-
-    def removed(count: int) -> dict[int, list[int]]:
-        return select_neurons(scores, count / total, rounding="round")
-
-    def cost(count: int) -> float:
-        work = copy.deepcopy(model)
-        prune_by_selection(work, removed(count), stats)
-        return macs(work)
-
-    full, none = cost(total), macs(model)
-    if full > target:
-        raise VitpruneError("no neuron trim reaches the MAC target")
-    # The fewest neurons that reach the target: cost(high) <= target < cost(low). Neurons of a plain ViT all cost
-    # the same, so interpolation brackets it at once; the bracket widens where they do not.
-    guess = math.ceil((none - target) / (none - full) * total)
-    low, high, step = max(0, guess - 1), min(total, guess + 1), 2
-    while low > 0 and cost(low) <= target:
-        low, step = max(0, low - step), 2 * step
-    while cost(high) > target:
-        high, step = min(total, high + step), 2 * step
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if cost(mid) <= target else (mid, high)
-    prune_by_selection(model, removed(high), stats)
-    return high
+    try:
+        removed = select_for_macs(model, scores, target, cost=macs)
+    except VitpruneError:
+        raise VitpruneError("no neuron trim reaches the MAC target") from None
+    prune_by_selection(model, removed, stats)
+    return sum(map(len, removed.values()))
 
 
 def depth_grid(r: Runner, share: float) -> list[dict[str, Any]]:

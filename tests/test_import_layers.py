@@ -23,8 +23,9 @@ LAYERS = {
     **dict.fromkeys(("surgery", "measure", "export", "training"), 3),
     "consistency": 4, "models": 4, "dense": 4,
     "methods": 5,
-    "cli": 6, "vitprune": 6,  # "vitprune": the package's own __init__, the facade of the Python API
-    "__main__": 7,
+    "comparison": 6,
+    "cli": 7, "vitprune": 7,  # "vitprune": the package's own __init__, the facade of the Python API
+    "__main__": 8,
 }
 
 

@@ -9,11 +9,12 @@ from vitprune.version import __version__
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".adapters": ("get_adapter",),
     ".adapters.features": ("FeatureMaps", "intermediates"),
+    ".comparison.run": ("compare",),
     ".models": ("create_model", "from_transformers", "resolve_model"),
     ".recipe": ("apply_edit", "get_recipe", "load", "save", "track"),
 })
 
 __all__ = [
-    "FeatureMaps", "VitpruneError", "__version__", "apply_edit", "create_model", "from_transformers", "get_adapter",
+    "FeatureMaps", "VitpruneError", "__version__", "apply_edit", "compare", "create_model", "from_transformers", "get_adapter",
     "get_recipe", "intermediates", "load", "resolve_model", "save", "track",
 ]

@@ -114,8 +114,13 @@ def _follow_umask(path: Path) -> None:
 
 def write_json(target: str | os.PathLike, data: Any) -> Path:
     """Write ``data`` as indented JSON to ``target`` through :func:`atomic_file`; returns the path."""
+    return write_text(target, json.dumps(data, indent=2) + "\n")
+
+
+def write_text(target: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``target`` through :func:`atomic_file`; returns the path."""
     with atomic_file(target) as tmp:
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.write_text(text)
     return Path(target)
 
 

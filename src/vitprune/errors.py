@@ -20,6 +20,11 @@ class UnsupportedArchitectureError(VitpruneError):
     """The model contains a structure vitprune cannot represent faithfully."""
 
 
+class UnreachableTargetError(VitpruneError):
+    """A method's rate search cannot bring the model to the MAC target it was given (``vitprune compare`` reports such
+    an arm as unreachable at that target)."""
+
+
 class RecipeError(VitpruneError):
     """A saved model's recipe or weights are missing, corrupt or inconsistent."""
 

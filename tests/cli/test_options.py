@@ -21,10 +21,11 @@ ANALYZE = {path for path in COMMANDS if path[0] == "analyze"}
 
 #: Which commands take each group, and the options of it a command leaves out (with the reason in the README).
 GROUPS = {
-    "model": (MODEL_GROUP, {("eval",), ("finetune",), ("export",), ("chain",), ("bench",), *PRUNE, *ANALYZE},
+    "model": (MODEL_GROUP, {("eval",), ("finetune",), ("export",), ("chain",), ("compare",), ("bench",), *PRUNE,
+                            *ANALYZE},
               {("export",): {"--device"},  # the export and its onnxruntime check run on the CPU
                ("bench",): {"--pretrained", "--checkpoint"}}),  # timing needs no weights: none are loaded
-    "speed": (SPEED_GROUP, {("bench",), ("export",), ("demo",), ("chain",), *PRUNE},
+    "speed": (SPEED_GROUP, {("bench",), ("export",), ("demo",), ("chain",), ("compare",), *PRUNE},
               {("bench",): {"--speed"}}),  # bench is the measurement: there is nothing to switch off
     "data": (DATA_GROUP, {path for path, command in COMMANDS.items()
                           if any("--data" in param.opts for param in command.params)}, {}),

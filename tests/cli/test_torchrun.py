@@ -92,3 +92,24 @@ def test_a_user_mistake_under_torchrun_is_one_line_from_rank_0(saved_model, tmp_
     with pytest.raises(AssertionError, match="torchrun failed") as failure:
         run_torchrun("-m", "vitprune", *_args("depth", saved_model, tmp_path / "taken"))
     assert str(failure.value).count("already exists; pass --overwrite") == 1
+
+
+@pytest.mark.slow
+def test_compare_under_torchrun_matches_one_process(saved_model, tmp_path):
+    """``vitprune compare`` runs each arm as its chain runs under torchrun: the same files, written once, arms that
+    agree with one process's, and one report on stdout."""
+    args = ["compare", str(saved_model), "--data", "digits", "--macs", "0.7", "--arms", "vbp", "--epochs", "1",
+            "--json", "--device", "cpu", "--speed-batch", "1", "--repeats", "3"]
+    one = json.loads(_one_process([*args, "--out", str(tmp_path / "one")]).stdout)
+    two = json.loads(run_torchrun("-m", "vitprune", *args, "--out", str(tmp_path / "two")).stdout)
+    assert _files(tmp_path / "two") == _files(tmp_path / "one")
+    assert [r["arm"] for r in two["arms"]] == [r["arm"] for r in one["arms"]] == ["vbp"]
+    for key in ("macs", "params", "status", "met", "steps"):
+        assert two["arms"][0][key] == one["arms"][0][key], key
+    assert two["dense"] == one["dense"] and abs(two["arms"][0]["top1"] - one["arms"][0]["top1"]) <= 1.0
+    for arm in ("dense", "macs-0.7/vbp"):
+        weights = safetensors.torch.load_file(tmp_path / "two" / "arms" / arm / "model" / WEIGHTS_FILE)
+        reference = safetensors.torch.load_file(tmp_path / "one" / "arms" / arm / "model" / WEIGHTS_FILE)
+        assert weights.keys() == reference.keys()
+        for name, value in reference.items():
+            torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-3, msg=name)

@@ -3,7 +3,7 @@
 
 from vitprune.cli.app import app
 from vitprune.cli.app import main as _main
-from vitprune.cli import analyze, chain, commands, demo, export, finetune, prune  # noqa: E402, F401  (registers them)
+from vitprune.cli import analyze, chain, commands, compare, demo, export, finetune, prune  # noqa: E402, F401  (registers them)
 from vitprune.cli.methods import add_method_commands
 
 add_method_commands()

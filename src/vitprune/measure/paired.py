@@ -15,8 +15,10 @@ by overlapping intervals.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -170,3 +172,25 @@ def decide(differences: Sequence[PairedDifference], kinds: Sequence[str], *, alp
             verdicts.append("inconclusive")
     return verdicts
 
+
+
+def top1_interval(correct: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval of one arm's top-1 (in points) from its per-image correctness: the interval a single
+    arm's accuracy is quoted with (two arms are compared with :func:`paired_difference`, not by their intervals)."""
+    n = len(correct)
+    if n == 0:
+        raise ValueError("an interval needs at least one image")
+    p, z = float(np.mean(correct)), NormalDist().inv_cdf(0.5 + level / 2)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(100 * (centre - half)), float(100 * (centre + half))
+
+
+def pack_correct(correct: np.ndarray) -> str:
+    """Per-image correctness as text (packed bits, base64), for a JSON store."""
+    return base64.b64encode(np.packbits(np.asarray(correct).astype(bool)).tobytes()).decode("ascii")
+
+
+def unpack_correct(text: str, images: int) -> np.ndarray:
+    """:func:`pack_correct`'s inverse for ``images`` images."""
+    return np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))[:images].astype(bool)

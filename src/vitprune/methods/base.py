@@ -130,6 +130,8 @@ class Method:
     fixed: ClassVar[dict[str, Any]] = {}
     #: What a chain step's settings are, for the chain's help and errors (default: the config's fields).
     settings: ClassVar[str] = ""
+    #: Why ``vitprune compare`` leaves it out (``None``: it takes part, through :meth:`target_steps`).
+    compare_skip: ClassVar[str | None] = "takes no MAC target"
 
     def configure(self, settings: dict[str, Any], preset: str) -> Any:
         """The config a chain step's ``settings`` give (``preset``: the chain's default training preset, for
@@ -155,6 +157,20 @@ class Method:
         """Prune a copy of ``model`` as ``config`` says, save it under ``ctx.run_dir`` and return the report."""
         raise NotImplementedError
 
+    def target_steps(self, model: nn.Module, macs: float, effort: str, *, exact: bool = True
+                     ) -> list[dict[str, Any]]:
+        """Chain steps, without recovery, that bring ``model`` to at most ``macs`` full-convention MACs per image by
+        the method's own rate search (for ``vitprune compare``); ``effort`` (:data:`EFFORTS`) sizes what its own
+        selection costs (calibration images, search epochs). With ``exact`` false the steps may stop above ``macs``,
+        where a later step of a chain goes on (HetDPT: whole layers only). A target it cannot aim at is a
+        :class:`~vitprune.errors.VitpruneError` saying why."""
+        raise VitpruneError(f"{self.title} {self.compare_skip}")
+
+    def arm_steps(self, model: nn.Module, macs: float, effort: str, recovery: dict[str, Any]) -> list[dict[str, Any]]:
+        """A ``vitprune compare`` arm: :meth:`target_steps`, then the recovery every arm gets (``recovery``: the
+        ``finetune`` step's settings)."""
+        return [*self.target_steps(model, macs, effort), {"method": "finetune", **recovery}]
+
     def title_of(self, report: Report) -> str:
         """A line on what the run did, for the printed report (the generated command's title)."""
         return self.help.split(":")[0]
@@ -167,6 +183,11 @@ class Method:
         """What a chain step's settings are: :attr:`settings`, else the config's fields."""
         return self.settings or ", ".join(f.name for f in fields(self.config))
 
+
+#: How much a method's own selection may cost in ``vitprune compare`` (:meth:`Method.target_steps`): ``quick``
+#: (minutes for a small model on a CPU), ``standard`` (the settings sized for the embedded models) and ``paper`` (the
+#: papers' own).
+EFFORTS = ("quick", "standard", "paper")
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -252,5 +273,5 @@ def validate_config(config: Any) -> None:
         validate()
 
 
-__all__ = ["Method", "MethodData", "RunContext", "build_config", "build_train_config", "check_known", "get_method", "methods",
-           "register_method", "split_settings", "unregister_method", "validate_config"]
+__all__ = ["EFFORTS", "Method", "MethodData", "RunContext", "build_config", "build_train_config", "check_known",
+           "get_method", "methods", "register_method", "split_settings", "unregister_method", "validate_config"]

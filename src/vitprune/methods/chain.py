@@ -157,7 +157,7 @@ def run_chain(model: nn.Module, train_set: Dataset, val_set: Dataset, steps: lis
     """
     configs = check_chain(steps, preset)
     speed.validate()
-    _check_family(model, steps, configs)
+    check_family(model, steps, configs)
     started = on_main(lambda: Path(run_dir).is_dir() and any(Path(run_dir).iterdir()))
     run_dir = prepare_run_dir(run_dir, resume, start=model)
     try:
@@ -237,8 +237,9 @@ def _finish_step(step_dir: Path, record: dict[str, Any]) -> None:
     write_json(step_dir / STEP_FILE, record)
 
 
-def _check_family(model: nn.Module, steps: list[Step], configs: list[Any]) -> None:
-    """Refuse, before any step runs, a step whose method needs what the model's family cannot have done to it."""
+def check_family(model: nn.Module, steps: list[Step], configs: list[Any]) -> None:
+    """Refuse (:class:`~vitprune.errors.UnsupportedArchitectureError`), before any step runs, a step whose method
+    needs what the model's family cannot have done to it."""
     adapter = get_adapter(model)
     for number, (step, config) in enumerate(zip(steps, configs), 1):
         method = get_method(step.method)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -15,7 +16,7 @@ from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.base import MethodData
-from vitprune.methods.vbp import mlp_statistics, neuron_scores, prune_by_selection, select_neurons
+from vitprune.methods.vbp import mlp_statistics, neuron_scores, prune_by_selection, select_count, select_neurons
 from vitprune.methods.vbp import pipeline as vbp_pipeline
 from vitprune.methods.vbp.pipeline import (
     MODEL_DIR, REPORT_FILE, SELECTION_FILE, STATISTICS_FILE, VBPConfig, load_statistics, run_vbp, save_statistics,
@@ -70,6 +71,34 @@ def test_one_shot_run_matches_the_building_blocks(setting, tmp_path):
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # the input model is untouched
     for name in (STATISTICS_FILE, SELECTION_FILE, REPORT_FILE):
         assert (tmp_path / name).is_file()
+
+
+def test_a_mac_target_removes_the_fewest_neurons_that_reach_it(setting, tmp_path):
+    """--macs: the variance ranking's lowest neurons, as few as reach the target (one fewer does not), with the
+    same mean-shift as a ratio run."""
+    model, train, val, calibration, config = setting
+    target = 0.7 * count_macs(model).macs
+    report = run_vbp(model, MethodData(train, val, calibration), replace(config, ratio=None, target_macs=target),
+                     quick_context(tmp_path))
+    loader = build_loader(balanced_subset(calibration, config.calibration_images, seed=config.seed),
+                          config.calibration_batch, shuffle=False, seed=config.seed)
+    stats = mlp_statistics(model, loader)
+    scores = neuron_scores(model, "variance", loader, stats=stats, seed=config.seed)
+    total = sum(report.widths_dense.values())
+    assert report.ratio == report.removed / total and report.pruned["macs_full"] <= target
+    fewer = vitprune.load(tmp_path / MODEL_DIR)
+    assert count_macs(fewer).macs == report.pruned["macs_full"]
+    one_less = copy.deepcopy(model)
+    prune_by_selection(one_less, select_count(scores, report.removed - 1))
+    assert count_macs(one_less).macs > target
+    reference = copy.deepcopy(model)
+    prune_by_selection(reference, select_count(scores, report.removed), stats)
+    x = torch.randn(3, *vitprune.get_adapter(model).input_size)
+    with torch.no_grad():
+        torch.testing.assert_close(fewer.eval()(x), reference.eval()(x), rtol=0, atol=0)
+    with pytest.raises(VitpruneError, match="no removal of MLP neurons reaches"):
+        run_vbp(model, MethodData(train, val, calibration), replace(config, ratio=None, target_macs=1.0),
+                quick_context(tmp_path / "far"))
 
 
 def test_baseline_without_compensation_needs_no_statistics(setting, tmp_path, monkeypatch):
@@ -138,6 +167,9 @@ def test_statistics_round_trip_and_a_corrupt_file(tmp_path):
     ({"rounding": "up"}, "unknown rounding 'up'"),
     ({"distill": "kl"}, "unknown distill 'kl'"),
     ({"calibration_images": 1}, "at least 2 images"),
+    ({"target_macs": 1e6}, "give exactly one of ratio and target_macs"),
+    ({"ratio": None}, "give exactly one of ratio and target_macs"),
+    ({"ratio": None, "target_macs": -1.0}, "the MAC target must be positive"),
 ])
 def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
     model, train, val, calibration, config = setting

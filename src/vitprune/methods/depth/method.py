@@ -22,6 +22,7 @@ class Depth(Method):
     out_is_model = True
     seeded = False
     summary = ("attention", "activation", "identity", "fold_norm", "output_gelu")
+    compare_skip = "removes the layers it is given; HetDPT's arm chooses them"
     settings = "DepthConfig's fields: attention, activation (block indices), identity, fold_norm, output_gelu"
 
     def run(self, model: nn.Module, data: MethodData, config: DepthConfig, ctx: RunContext) -> DepthReport:

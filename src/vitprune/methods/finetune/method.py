@@ -25,6 +25,7 @@ class Finetune(Method):
     data = ("train", "val")
     #: ``vitprune finetune`` is its own command (it can also train a new head).
     command = False
+    compare_skip = "is the recovery every arm gets (and the dense control's)"
     settings = "TrainConfig's fields (epochs required) and DistillConfig's: distill (default none), alpha, tau"
 
     def configure(self, settings: dict[str, Any], preset: str) -> FinetuneRun:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitprune.errors import VitpruneError
+from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.methods.base import (
     Method, MethodData, RunContext, check_known, get_method, register_method, split_settings,
 )
@@ -69,6 +69,22 @@ class HetDPT(Method):
         return HetDPTRun(own["budget"], parse_split(split if isinstance(split, str) else ",".join(map(str, split))),
                          config, own.get("predictor"))
 
+    compare_skip = None
+
+    def target_steps(self, model: nn.Module, macs: float, effort: str, *, exact: bool = True) -> list[dict[str, Any]]:
+        """As many whole layers as fit above ``macs`` (the predictor splits them, Step 2 picks them), then, with
+        ``exact``, VBP's neuron trim to the target, as the claims page tops HetDPT up to matched MACs."""
+        from vitprune.methods.hetdpt.pipeline import budget_for_macs
+
+        budget = budget_for_macs(model, macs)
+        if budget == 0:
+            raise UnreachableTargetError("HetDPT removes whole layers, and the smallest removal goes below the target")
+        # quick: Step 1's fast fine-tunes and the transfer entropy on fewer images, and one search epoch
+        effort_settings = {"quick": {"preset": "digits", "probe_images": 128, "te_images": 64, "search_epochs": 1},
+                           "standard": {"preset": "digits"}, "paper": {"preset": "imagenet-hetdpt"}}[effort]
+        steps = [{"method": self.name, "budget": budget, "split": "auto", **effort_settings}]
+        return [*steps, *get_method("vbp").target_steps(model, macs, effort)] if exact else steps
+
     def requires(self, config: HetDPTRun) -> tuple[str, ...]:
         return REQUIRES
 
@@ -91,6 +107,7 @@ class Merge(Method):
     model_help = "A model saved with fc1 and fc2 apart (`prune hetdpt --no-merge`, fine-tuned since or not)."
     config = MergeConfig
     data = ()
+    compare_skip = "is an exact rewrite, not a pruning method"
     out_is_model = True
     seeded = False
     summary = ("merged_blocks", "max_abs_difference")
@@ -128,6 +145,7 @@ class HetDPTPlus(Method):
     config = HetDPTPlusRun
     #: ``vitprune prune hetdpt+`` is its own command: its options change HetDPT's preset (cli/prune.py).
     command = False
+    compare_skip = "runs in compare as the chain hetdpt → width (without its Stage-2 recovery between them)"
     settings = ("budget, target_macs (MACs per image), split, preset, convention, seed, and the settings of each "
                 "stage: hetdpt (HetDPT's, its Stage 2 included), width (width pruning's), finetune (the width "
                 "recovery's; default: HetDPT's Stage-2 fine-tune)")

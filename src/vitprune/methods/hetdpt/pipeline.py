@@ -33,7 +33,7 @@ from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.collect import collect_predictor_data
 from vitprune.methods.hetdpt.config import HetDPTConfig, REQUIRES, StageOverrides
@@ -140,6 +140,20 @@ def check_budget(model: nn.Module, budget: int, split: tuple[int, int] | None) -
     for kind, wanted, have in (("attention", split[0], attention), ("activation", split[1], activation)):
         if wanted > have:
             raise VitpruneError(f"split asks for {wanted} {kind} layers, but the model has only {have}")
+
+
+def budget_for_macs(model: nn.Module, macs: float) -> int:
+    """The most layers HetDPT can remove from ``model`` (merged as it deploys them) and still cost at least ``macs``
+    full-convention MACs per image, whatever the split and whichever layers: as many as the costliest removal fits
+    into what the target asks. A later step (a neuron or width trim) reaches the target itself."""
+    base = count_macs(model).macs
+    savings = []
+    for kind, blocks in remaining_layers(model).items():
+        for block in blocks:
+            trial = copy.deepcopy(model)
+            prune_depth(trial, **{kind: [block]})
+            savings.append(base - count_macs(trial).macs)
+    return int((base - macs) // max(savings)) if savings and base > macs else 0
 
 
 def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget: int, run_dir: str | Path,

@@ -56,6 +56,14 @@ class HiAP(Method):
                                 "HiAP trains its gates with its weights")
         return HiAPRun(training, options)
 
+    compare_skip = None
+
+    def arm_steps(self, model: nn.Module, macs: float, effort: str, recovery: dict[str, Any]) -> list[dict[str, Any]]:
+        # HiAP trains its weights with its gates: the recovery's training is its run (with its own distillation), and
+        # nothing follows the extraction.
+        train = {k: v for k, v in recovery.items() if k in {f.name for f in fields(TrainConfig)}}
+        return [{"method": self.name, "target_macs": macs, **train}]
+
     def requires(self, config: HiAPRun) -> tuple[str, ...]:
         return REQUIRES
 

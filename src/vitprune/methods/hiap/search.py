@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from vitprune.errors import VitpruneError
+from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.measure import count_macs, format_count
 from vitprune.methods.hiap.config import COST_MODELS, HiAPConfig
 from vitprune.methods.hiap.cost import cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
@@ -52,9 +52,9 @@ def fixed_macs(model: nn.Module, target_macs: float | None = None) -> int:
     total = count_macs(model).macs
     fixed = total - dense_cost(layer_shapes(model))
     if target_macs is not None and not fixed < target_macs < total:
-        raise VitpruneError(f"the MAC target {format_count(target_macs)} must lie between what HiAP cannot prune "
-                            f"({format_count(fixed)}: embedding, norms, head) and the dense model "
-                            f"({format_count(total)})")
+        raise UnreachableTargetError(f"the MAC target {format_count(target_macs)} must lie between what HiAP "
+                                     f"cannot prune ({format_count(fixed)}: embedding, norms, head) and the dense "
+                                     f"model ({format_count(total)})")
     return fixed
 
 
@@ -114,7 +114,7 @@ def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance
     indices = range(len(candidates))
     first_fit = bisect.bisect_left(indices, True, key=lambda i: macs(i) <= target_macs)
     if first_fit == len(candidates):
-        raise VitpruneError(f"no hardening of the gates fits {format_count(target_macs)} MACs")
+        raise UnreachableTargetError(f"no hardening of the gates fits {format_count(target_macs)} MACs")
     last_in_band = bisect.bisect_left(indices, True, key=lambda i: macs(i) < (1 - tolerance) * target_macs) - 1
     if last_in_band < first_fit:
         return candidates[first_fit]

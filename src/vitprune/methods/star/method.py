@@ -32,6 +32,16 @@ class STAR(Method):
         # rho's default (0.7) gives way to a MAC target or hand-set rates.
         return {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
 
+    compare_skip = None
+
+    def target_steps(self, model: nn.Module, macs: float, effort: str, *, exact: bool = True) -> list[dict[str, Any]]:
+        from vitprune.adapters import get_adapter
+
+        # [CLS] attention alone where the family propagates no relevance.
+        alpha = STARConfig.alpha if "lrp" in get_adapter(model).capabilities else 1.0
+        images = {"acs_images": 64, "lrp_images": 64} if effort == "quick" else {}
+        return [{"method": self.name, "target_macs": macs, "alpha": alpha, **images}]
+
     def run(self, model: nn.Module, data: MethodData, config: STARConfig, ctx: RunContext) -> STARReport:
         from vitprune.methods.star.pipeline import run_star
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.errors import VitpruneError
+from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.measure import count_macs
 from vitprune.methods.star.config import ANCHORS
 from vitprune.surgery import prune_tokens, set_token_prior
@@ -119,8 +119,8 @@ def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anch
 
     low, high = tol, 1.0
     if macs(low) > target_macs:
-        raise VitpruneError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: pruning all but one patch "
-                            f"token in every block still costs {macs(low) / 1e9:.3f} G")
+        raise UnreachableTargetError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: pruning all but "
+                                     f"one patch token in every block still costs {macs(low) / 1e9:.3f} G")
     if macs(high) <= target_macs:
         return 1.0
     while high - low > tol:
@@ -136,5 +136,5 @@ def check_reachable(model: nn.Module, target_macs: float) -> None:
     apply_keep_rates(scratch, [1e-9] * len(get_adapter(scratch).blocks()), alpha=1.0)
     floor = count_macs(scratch).macs
     if target_macs < floor:
-        raise VitpruneError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: keeping one patch token "
-                            f"in every block still costs {floor / 1e9:.3f} G")
+        raise UnreachableTargetError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: keeping one "
+                                     f"patch token in every block still costs {floor / 1e9:.3f} G")

@@ -38,8 +38,13 @@ REQUIRES = ("ffn_width",)
 class VBPConfig(JsonRecord):
     """Every setting of the pipeline; the defaults are the paper's (ImageNet, DeiT)."""
 
-    ratio: float = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
-                           short="-p", required=True)
+    #: Exactly one of ``ratio`` and ``target_macs`` is set (``ratio`` is ``None`` when the target is).
+    ratio: float | None = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
+                                  short="-p", alternative=True)
+    #: Full-convention MACs per image: the fewest lowest-ranked neurons whose removal reaches them.
+    target_macs: float | None = setting(None, flag="--macs", scale=1e9, alternative=True,
+                                        help="Target GMACs per image (full convention): removes the fewest "
+                                             "lowest-ranked neurons that reach it.")
     criterion: str = setting("variance", choices=CRITERIA,
                              help="Neuron score: variance is VBP; the rest are baselines (docs/vbp.md).")
     compensate: bool = setting(True, help="Fold the removed neurons' means into the next bias (mean-shift).")
@@ -64,7 +69,11 @@ class VBPConfig(JsonRecord):
 
     def validate(self) -> None:
         """Fail at once, before the statistics pass, on a setting a later stage would reject."""
-        if not 0 < self.ratio < 1:
+        if (self.ratio is None) == (self.target_macs is None):
+            raise VitpruneError("give exactly one of ratio and target_macs (MACs; --macs in GMACs)")
+        if self.target_macs is not None and self.target_macs <= 0:
+            raise VitpruneError(f"the MAC target must be positive, got {self.target_macs:g}")
+        if self.ratio is not None and not 0 < self.ratio < 1:
             raise VitpruneError(f"the pruning ratio must be in (0, 1), got {self.ratio}: 1 would remove every MLP "
                                 "neuron of the network")
         for name, allowed in (("criterion", CRITERIA), ("rounding", ROUNDINGS), ("distill", KINDS)):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vitprune.methods.base import Method, MethodData, RunContext, register_method
 from vitprune.methods.vbp.config import REQUIRES, VBPConfig
@@ -23,7 +23,18 @@ class VBP(Method):
     recipe = VBPConfig().finetune
     summary = ("removed", "widths")
     fixed = {"finetune": None}
-    settings = "VBPConfig's fields: ratio, criterion, compensate, calibration_images, ..."
+    settings = "VBPConfig's fields: ratio or target_macs, criterion, compensate, calibration_images, ..."
+
+    def defaults(self, settings: dict[str, Any]) -> dict[str, Any]:
+        # ratio's default (0.5) gives way to a MAC target.
+        return {"ratio": None} if "target_macs" in settings else {}
+
+    compare_skip = None
+
+    def target_steps(self, model: nn.Module, macs: float, effort: str, *, exact: bool = True) -> list[dict[str, Any]]:
+        # quick and standard: statistics on a class-balanced subset, as the claims page takes them
+        images = {"quick": 256, "standard": 2048, "paper": None}[effort]
+        return [{"method": self.name, "target_macs": macs, "calibration_images": images}]
 
     def requires(self, config: VBPConfig) -> tuple[str, ...]:
         return REQUIRES

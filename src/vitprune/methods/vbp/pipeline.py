@@ -26,7 +26,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
 from vitprune.data import build_loader
-from vitprune.errors import VitpruneError
+from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.methods.stages import (
@@ -34,7 +34,7 @@ from vitprune.methods.stages import (
 )
 from vitprune.methods.vbp.config import REQUIRES, VBPConfig
 from vitprune.methods.vbp.criteria import neuron_scores
-from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_neurons
+from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_for_macs, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
 from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.training import evaluate
@@ -48,6 +48,7 @@ FINETUNE_DIR, MODEL_DIR = "finetune", RUN_MODEL_DIR
 class VBPReport(RunReport):
     """What :func:`run_vbp` did and measured; ``run_dir/report.json`` holds its :meth:`to_dict`."""
 
+    #: The ratio asked for, or (to a MAC target) the share of the neurons removed.
     ratio: float
     criterion: str
     compensate: bool
@@ -78,8 +79,11 @@ def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig | None, ctx: R
     config = config or VBPConfig()
     config.validate()
     ctx.speed.validate()
+    if config.target_macs is not None and all(view.mlp.merged for view in get_adapter(model).blocks()):
+        raise UnreachableTargetError("no MLP has hidden neurons left to remove toward the MAC target")
     widths = [v.mlp.hidden_features for v in hidden_mlps(model)]
-    if removal_count(widths, config.ratio, rounding=config.rounding, min_width=config.min_width) == sum(widths):
+    if config.ratio is not None and removal_count(widths, config.ratio, rounding=config.rounding,
+                                                  min_width=config.min_width) == sum(widths):
         raise VitpruneError(f"a ratio of {config.ratio:g} removes all {sum(widths)} MLP neurons of the network, which "
                             "leaves every MLP a constant; choose a lower ratio (whole MLPs go with `vitprune prune "
                             "depth`)")
@@ -107,8 +111,10 @@ def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig | None, ctx: R
         stages, pruned, model, data.train, val_loader, config.finetune, val_set=data.val, distill=config.distill,
         alpha=config.alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress,
         resume=resume, dist=dist)}
-    summary = {"ratio": config.ratio, "criterion": config.criterion, "compensate": config.compensate,
-               "removed": sum(map(len, removed.values()))}
+    count = sum(map(len, removed.values()))
+    summary = {"ratio": config.ratio if config.ratio is not None else count / sum(widths),
+               "criterion": config.criterion, "compensate": config.compensate,
+               "removed": count}
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
     return finish_run(VBPReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed, device=device,
@@ -126,7 +132,8 @@ def _statistics(model: nn.Module, loader, path: Path, progress: bool, resume: bo
 def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, config: VBPConfig, run_dir: Path,
             progress: bool, resume: bool, dist: DistContext | None) -> dict[int, list[int]]:
     path = run_dir / SELECTION_FILE
-    decision = {"criterion": config.criterion, "ratio": config.ratio, "rounding": config.rounding,
+    decision = {"criterion": config.criterion, "ratio": config.ratio, "target_macs": config.target_macs,
+                "rounding": config.rounding,
                 "min_width": config.min_width, "seed": config.seed}
 
     def read() -> dict[int, list[int]] | None:
@@ -139,8 +146,11 @@ def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, conf
         scores = neuron_scores(model, config.criterion, loader, stats=stats, seed=config.seed, progress=progress,
                                dist=dist)
         # Rank 0's choice everywhere: a last-bit difference in a reduced score must not split the architecture.
-        return broadcast_object(select_neurons(scores, config.ratio, rounding=config.rounding,
-                                               min_width=config.min_width))
+        if config.target_macs is not None:
+            chosen = select_for_macs(model, scores, config.target_macs, min_width=config.min_width)
+        else:
+            chosen = select_neurons(scores, config.ratio, rounding=config.rounding, min_width=config.min_width)
+        return broadcast_object(chosen)
 
     return cached(path, resume, read, compute, lambda removed: write_json(
         path, {**decision, "removed": {str(b): neurons for b, neurons in removed.items()}}))

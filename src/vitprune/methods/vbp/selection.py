@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+import math
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.errors import VitpruneError
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import count_macs
 from vitprune.methods.vbp.config import ROUNDINGS
 from vitprune.methods.vbp.statistics import NeuronStats
 from vitprune.surgery import compensate_mean_shift, prune_mlp_neurons
@@ -35,8 +38,14 @@ def select_neurons(scores: dict[int, torch.Tensor], ratio: float, *, rounding: s
     Ties are broken by block, then neuron index (a stable order). ``min_width`` keeps at least
     that many neurons per MLP (0, the paper's setting, lets a layer lose all of them).
     """
+    count = removal_count((len(s) for s in scores.values()), ratio, rounding=rounding, min_width=min_width)
+    return select_count(scores, count, min_width=min_width)
+
+
+def select_count(scores: dict[int, torch.Tensor], count: int, *, min_width: int = 0) -> dict[int, list[int]]:
+    """The ``count`` neurons of lowest score, ranked globally (ties by block, then index), each MLP keeping at least
+    ``min_width``; returns removed indices by block."""
     blocks = sorted(scores)
-    count = removal_count((len(scores[b]) for b in blocks), ratio, rounding=rounding, min_width=min_width)
     flat = torch.cat([scores[b].detach().double().cpu() for b in blocks])
     owner = torch.cat([torch.full((len(scores[b]),), b) for b in blocks])
     neuron = torch.cat([torch.arange(len(scores[b])) for b in blocks])
@@ -50,6 +59,42 @@ def select_neurons(scores: dict[int, torch.Tensor], ratio: float, *, rounding: s
             removed[b].append(int(neuron[i]))
             count -= 1
     return {b: sorted(r) for b, r in removed.items()}
+
+
+def select_for_macs(model: nn.Module, scores: dict[int, torch.Tensor], macs: float, *, min_width: int = 0,
+                    cost: Callable[[nn.Module], float] | None = None) -> dict[int, list[int]]:
+    """The fewest lowest-scored neurons (ranked as :func:`select_neurons` ranks them) whose removal brings ``model``
+    to at most ``macs`` by ``cost`` (default: full-convention MACs per image); a target no removal reaches, or one
+    that would empty every MLP, is one line. Removing nothing is the answer for a model already within it."""
+    cost = cost or (lambda m: count_macs(m).macs)
+    # Every neuron of the network gone leaves every MLP a constant, which VBP refuses.
+    most = sum(max(0, len(s) - min_width) for s in scores.values()) - (min_width == 0)
+
+    def after(count: int) -> float:
+        work = copy.deepcopy(model)
+        prune_by_selection(work, select_count(scores, count, min_width=min_width))
+        return cost(work)
+
+    none = cost(model)
+    if none <= macs:
+        return select_count(scores, 0)
+    full = after(most)
+    if full > macs:
+        raise UnreachableTargetError(f"no removal of MLP neurons reaches {macs / 1e9:.4g} GMACs: the model costs "
+                            f"{none / 1e9:.4g}, and {full / 1e9:.4g} with all but {min_width or 1} of its neurons "
+                            f"{'per MLP ' if min_width else ''}removed")
+    # cost(high) <= macs < cost(low). Neurons of a plain ViT all cost the same, so interpolation brackets the count
+    # at once; the bracket widens where they do not.
+    guess = math.ceil((none - macs) / (none - full) * most)
+    low, high, step = max(0, guess - 1), min(most, guess + 1), 2
+    while low > 0 and after(low) <= macs:
+        low, step = max(0, low - step), 2 * step
+    while after(high) > macs:
+        high, step = min(most, high + step), 2 * step
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if after(mid) <= macs else (mid, high)
+    return select_count(scores, high, min_width=min_width)
 
 
 def prune_by_selection(model: nn.Module, removed: dict[int, list[int]],

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.errors import UnsupportedArchitectureError, VitpruneError
+from vitprune.errors import UnreachableTargetError, UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
 from vitprune.methods.width.config import IMPORTANCES, WIDTH_WITHOUT, check_attention_shares, width_requirements
 from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
@@ -278,8 +278,8 @@ def prune_width_to_macs(model: nn.Module, macs: float, *, convention: str = "ful
     low, high = 0.0, 0.95
     reached, plan = cost(high)
     if reached is not None and reached > macs:
-        raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is out of reach: width ratio {high} still costs "
-                            f"{reached / 1e9:.3g} GMACs ({convention} convention)")
+        raise UnreachableTargetError(f"target {macs / 1e9:.3g} GMACs is out of reach: width ratio {high} still "
+                                     f"costs {reached / 1e9:.3g} GMACs ({convention} convention)")
     found = high if plan is not None else None
     for _ in range(steps):
         mid = (low + high) / 2
@@ -291,7 +291,8 @@ def prune_width_to_macs(model: nn.Module, macs: float, *, convention: str = "ful
         else:
             low = mid
     if plan is None:
-        raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is out of reach: every width ratio that reaches it "
-                            f"removes every head of some block ({convention} convention); lower heads")
+        raise UnreachableTargetError(f"target {macs / 1e9:.3g} GMACs is out of reach: every width ratio that "
+                                     f"reaches it removes every head of some block ({convention} convention); lower "
+                                     "heads")
     apply_width(model, plan)
     return found, plan

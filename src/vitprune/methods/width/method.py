@@ -28,6 +28,16 @@ class Width(Method):
     settings = ("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, head_dims, embed, "
                 "isomorphic, round_to, taylor_batches, taylor_batch_size")
     without = WIDTH_WITHOUT
+    compare_skip = None
+
+    def target_steps(self, model: nn.Module, macs: float, effort: str, *, exact: bool = True) -> list[dict[str, Any]]:
+        from vitprune.adapters import get_adapter
+
+        # What the family cannot have cut stays whole, as WIDTH_WITHOUT tells a user to do.
+        have = get_adapter(model).capabilities
+        heads = {"heads": 0.0, "head_dims": 0.0} if "head_width" not in have else {}
+        return [{"method": self.name, "target_macs": macs, "importance": "taylor", "embed": "embed_width" in have,
+                 **heads, "taylor_batches": 2 if effort == "quick" else 16}]
 
     def run(self, model: nn.Module, data: MethodData, config: WidthConfig, ctx: RunContext) -> WidthReport:
         from vitprune.methods.width.pipeline import run_width

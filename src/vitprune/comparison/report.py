@@ -1,0 +1,103 @@
+"""What a comparison reports: each arm's outcome and the whole answer, JSON-ready."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vitprune.config import JsonRecord
+from vitprune.measure import CONVENTIONS
+
+#: Statuses after a run: an arm that ran and was scored, and one whose run stopped with a one-line reason (but for a
+#: rate search that cannot reach the target: :data:`~vitprune.comparison.arms.UNREACHABLE`).
+DONE, FAILED = "done", "failed"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the arms aim at: a share of the dense model's full-convention MACs (``"macs"``, e.g. 0.6) or a speedup
+    over it measured on this machine (``"speedup"``, e.g. 1.5)."""
+
+    kind: str
+    value: float
+
+    @property
+    def label(self) -> str:
+        """Its name in paths, tables and the report's keys: ``macs-0.6``, ``speedup-1.5``."""
+        return f"{self.kind}-{self.value:g}"
+
+    @classmethod
+    def parse(cls, label: str) -> Target:
+        """The target a :attr:`label` names."""
+        kind, value = label.split("-", 1)
+        return cls(kind, float(value))
+
+    def describe(self) -> str:
+        """As a heading says it: ``60% of the MACs``, ``1.5× measured speedup``."""
+        return f"{self.value:.0%} of the MACs" if self.kind == "macs" else f"{self.value:g}× measured speedup"
+
+
+@dataclass
+class ArmResult(JsonRecord):
+    """One arm's outcome: what it ran and scored, or why it did not run."""
+
+    arm: str
+    title: str
+    #: The target's label (:attr:`Target.label`; ``None``: the dense control).
+    target: str | None
+    status: str
+    reason: str | None = None
+    steps: list[dict[str, Any]] | None = None
+    #: Validation top-1 (%) and Wilson's 95% interval.
+    top1: float | None = None
+    interval: list[float] | None = None
+    params: int | None = None
+    #: Full-convention MACs per image, and as a share of the dense model's.
+    macs: int | None = None
+    macs_share: float | None = None
+    #: The share of the dense MACs it was brought to: the target's, or for a speedup target the one its probes found.
+    share: float | None = None
+    #: On target: MACs within 1% of it, or the target speedup within the measured speedup's quartiles.
+    met: bool | None = None
+    #: Measured against the dense model in alternating pairs: median, quartiles.
+    speedup: float | None = None
+    speedup_q1: float | None = None
+    speedup_q3: float | None = None
+    #: Wall time of its run (selection, search and recovery; a speedup target's probes included).
+    seconds: float | None = None
+    #: A speedup target's probes: each MAC share tried (pruned, not recovered) and its measured speedup.
+    probes: list[dict[str, Any]] | None = None
+    run_dir: str | None = None
+
+
+@dataclass
+class CompareReport(JsonRecord):
+    """What :func:`compare` found; ``run_dir/report.json`` holds its :meth:`to_dict`."""
+
+    #: The starting checkpoint's name and the data, as the reproducing commands name them.
+    model: str
+    data: str
+    budget: dict[str, Any]
+    #: The targets' labels (:attr:`Target.label`), in the order they ran.
+    targets: list[str]
+    #: The dense model: top-1 (%), interval, params, MACs.
+    dense: dict[str, Any]
+    control: ArmResult
+    arms: list[ArmResult]
+    #: Registered methods no comparison runs, with why.
+    left_out: dict[str, str]
+    #: Per target (its label) the best arm on target: name, top-1, speedup, and the command that runs it alone.
+    best: dict[str, dict[str, Any] | None]
+    #: Per target the best arm against each other scored arm and the control, paired image by image.
+    paired: dict[str, list[dict[str, Any]]]
+    #: Estimated before the run (its recovery and training from a measured step time) and measured.
+    estimate_seconds: float
+    seconds: float
+    validation_images: int
+    #: How the arms were timed (:class:`~vitprune.measure.SpeedConfig`'s fields) and where: device, dtype, threads.
+    speed: dict[str, Any]
+    mac_convention: str = CONVENTIONS["full"]
+    run_dir: str = ""
+
+
+__all__ = ["DONE", "FAILED", "ArmResult", "CompareReport", "Target"]

@@ -1,0 +1,386 @@
+"""``vitprune compare`` as a function: every applicable method brought to the same MAC target, recovered the same
+way, scored on the same images and timed the same way, next to the dense model given the same recovery.
+
+    run_dir/start.json                      the model the comparison started from (a resume must start from it)
+    run_dir/compare.json                    the targets and the budget (a resume must keep them)
+    run_dir/arms/dense/                     the control: the dense model through the recovery alone
+    run_dir/arms/macs-0.6/ARM/              one arm's chain run (chain.json, steps/, model/, report.json) and
+                                            arm.json, its scores, when it finished
+    run_dir/report.json, report.md,         the answer: table, paired statistics, the best arm per target and
+    run_dir/pareto.png                      the command that reproduces it alone; accuracy against measured speedup
+
+An arm that finished is read back on ``resume``; one that stopped goes on from its chain's last finished step.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from vitprune.atomic import read_json, write_json
+from vitprune.comparison.arms import PLANNED, UNREACHABLE, Arm, arm_names, check_arms, left_out, plan_arm
+from vitprune.comparison.budget import CompareBudget, get_budget
+from vitprune.comparison.page import write_page
+from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
+from vitprune.data import balanced_subset, build_loader
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import SpeedConfig, count_macs
+from vitprune.measure.paired import pack_correct, paired_difference, top1_interval, unpack_correct
+from vitprune.methods.chain import parse_chain, run_chain
+from vitprune.methods.stages import prepare_run_dir
+from vitprune.recipe import RUN_MODEL_DIR, load
+from vitprune.training import evaluate
+from vitprune.training.distributed import DistContext, on_main
+
+PLAN_FILE, ARMS_DIR, ARM_FILE, CONTROL = "compare.json", "arms", "arm.json", "dense"
+#: An arm's MACs count as on target within this share of it.
+MATCH = 0.01
+
+
+def compare(model: nn.Module, train_set: Dataset, val_set: Dataset, target: float | list[float] | None = None, *,
+            speedup: float | list[float] | None = None, run_dir: str | Path, calibration_set: Dataset | None = None,
+            budget: str | CompareBudget = "quick", epochs: int | None = None, arms: list[str] | None = None,
+            seed: int = 0, name: str = "MODEL", data: str = "DATA", device: torch.device | str | None = None,
+            progress: bool = False, log: Callable[[str], None] = lambda _m: None, resume: bool = False,
+            speed: SpeedConfig = SpeedConfig(), dist: DistContext | None = None) -> CompareReport:
+    """Run every arm at each target and the dense control; returns the report (also written to ``run_dir``:
+    report.json, report.md, pareto.png).
+
+    ``target`` is a share of ``model``'s full-convention MACs (or several); ``speedup`` a speedup over ``model``
+    measured here as ``speed`` says (or several), which each arm reaches by probing MAC shares
+    (:data:`PROBES` at most) until the target lies within the measured speedup's quartiles. ``budget`` is one of
+    :data:`~vitprune.comparison.budget.BUDGETS` (``epochs`` changes its recovery's length) or a
+    :class:`~vitprune.comparison.budget.CompareBudget`. ``arms`` names the arms to run (default: every one,
+    :func:`~vitprune.comparison.arms.arm_names`). ``calibration_set`` (default ``train_set``) is the training
+    images under the evaluation transform, for the statistics and rankings. ``name`` and ``data`` go into the
+    commands that reproduce an arm. Under torchrun (``dist``) every arm runs as its chain does.
+    """
+    targets = check_targets(target, speedup, speed)
+    budget = budget if isinstance(budget, CompareBudget) else get_budget(budget, epochs=epochs)
+    check_arms(arms)
+    if device is None:
+        device = dist.device if dist is not None else next(model.parameters()).device
+    model = model.to(device).eval()
+    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=seed)
+    plan = {"targets": [t.label for t in targets], "budget": _budget_dict(budget), "seed": seed, "arms": arms}
+    on_main(lambda: _check_plan(run_dir / PLAN_FILE, plan, resume))
+    start = time.perf_counter()
+
+    train = train_set if budget.train_images is None or budget.train_images >= len(train_set) else \
+        balanced_subset(train_set, budget.train_images, seed=seed)
+    dense_macs = count_macs(model).macs
+    names = [n for n in arm_names() if arms is None or n in arms]
+    runs = 1 + len(names) * len(targets)
+    estimate = _estimate(model, train, budget, runs, device)
+    log(f"up to {runs} runs ({len(targets)} target(s) x {len(names)} arms, and the dense control) on {len(train)} "
+        f"training images; estimated {_duration(estimate)} for their recovery and training (searches and a speedup "
+        "target's probes add to it)")
+
+    loader = build_loader(val_set, 64, shuffle=False, seed=0)
+    dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
+    runner = _Runner(model=model, train=train, val=val_set, calibration=calibration_set, loader=loader,
+                     device=device, progress=progress, log=log, resume=resume, speed=speed, dist=dist,
+                     dense_macs=dense_macs, budget=budget, seed=seed, total=runs)
+    control_arm = Arm(CONTROL, "dense + the same recovery", PLANNED,
+                      steps=[{"method": "finetune", **budget.recovery_settings(seed)}])
+    control = runner.run(control_arm, None, None, run_dir / ARMS_DIR / CONTROL)
+    results = [runner.arm(name, t, run_dir / ARMS_DIR / t.label / name) for t in targets for name in names]
+
+    interval = top1_interval(dense_correct)
+    report = CompareReport(
+        model=name, data=data, budget=plan["budget"], targets=plan["targets"],
+        dense={"top1": 100 * float(dense_correct.mean()), "interval": list(interval), **_footprint(model)},
+        control=control, arms=results, left_out=left_out(),
+        best={t.label: _best(results, t.label, name, data, run_dir) for t in targets},
+        paired={t.label: _paired(results, control, t.label, runner.scores) for t in targets},
+        estimate_seconds=estimate, seconds=_seconds(control, results, time.perf_counter() - start),
+        validation_images=len(dense_correct), run_dir=str(run_dir),
+        speed={**asdict(speed), "device": str(device), "dtype": "float32", "threads": torch.get_num_threads()})
+    on_main(lambda: _write(report, run_dir))
+    return report
+
+
+def check_targets(target: float | list[float] | None, speedup: float | list[float] | None = None,
+                  speed: SpeedConfig = SpeedConfig()) -> list[Target]:
+    """The targets, MAC shares (largest first) then speedups (smallest first); one line for a share outside (0, 1),
+    a speedup not above 1, none at all, or a speedup target without the speed measurement."""
+    def listed(value: float | list[float] | None) -> list[float]:
+        return [] if value is None else [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+
+    shares, speedups = sorted(set(listed(target)), reverse=True), sorted(set(listed(speedup)))
+    if not shares and not speedups:
+        raise VitpruneError("give at least one target: --macs (a share of the model's MACs such as 0.6) or --speedup "
+                            "(a measured speedup such as 1.5)")
+    for share in shares:
+        if not 0 < share < 1:
+            raise VitpruneError(f"a MAC target is a share of the model's MACs in (0, 1), such as 0.6; got {share:g}")
+    for factor in speedups:
+        if not factor > 1:
+            raise VitpruneError(f"a speedup target is a factor above 1, such as 1.5; got {factor:g}")
+    speed.validate()
+    if speedups and not speed.enabled:
+        raise VitpruneError("a speedup target is measured: drop --no-speed")
+    return [*(Target("macs", s) for s in shares), *(Target("speedup", f) for f in speedups)]
+
+
+def _budget_dict(budget: CompareBudget) -> dict[str, Any]:
+    return {"name": budget.name, "recovery": asdict(budget.recovery), "distill": asdict(budget.distill),
+            "train_images": budget.train_images, "effort": budget.effort}
+
+
+def _check_plan(path: Path, plan: dict[str, Any], resume: bool) -> None:
+    """Record the plan; a resumed comparison must keep its targets and budget (its finished arms were run so)."""
+    if resume and path.is_file() and read_json(path) != plan:
+        raise VitpruneError(f"the comparison in {path.parent} ran with other targets, budget, arms or seed; resume "
+                            "with the same ones, or choose another --out")
+    write_json(path, plan)
+
+
+def _estimate(model: nn.Module, train: Dataset, budget: CompareBudget, runs: int, device: torch.device) -> float:
+    """Seconds ``runs`` recoveries take: training steps of ``model`` at the recovery's batch, timed here."""
+    batch = min(budget.recovery.batch_size, len(train))
+    steps = budget.recovery.epochs * math.ceil(len(train) / budget.recovery.batch_size)
+    return runs * steps * _step_seconds(model, batch, device)
+
+
+def _step_seconds(model: nn.Module, batch: int, device: torch.device) -> float:
+    """One training step's wall time (forward, backward, AdamW), the median of three after one untimed."""
+    from vitprune.adapters import get_adapter
+
+    adapter = get_adapter(model)
+    work = copy.deepcopy(model).to(device).train()
+    optimizer = torch.optim.AdamW(work.parameters(), lr=1e-6)
+    images = torch.randn(batch, *adapter.input_size, device=device)
+    labels = torch.randint(0, adapter.num_classes, (batch,), device=device)
+    times = []
+    for _ in range(4):
+        begin = time.perf_counter()
+        optimizer.zero_grad()
+        output = work(images)
+        logits = output[0] if isinstance(output, tuple) else output
+        torch.nn.functional.cross_entropy(logits, labels).backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - begin)
+    return float(np.median(times[1:]))
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+#: A speedup target's probes per arm, at most.
+PROBES = 4
+#: MAC shares a speedup target's probes keep within.
+SHARES = (0.02, 0.98)
+
+
+class _Runner:
+    """Runs the arms of one comparison (or reads back those a resumed one finished) and keeps their scores."""
+
+    def __init__(self, *, model: nn.Module, train: Dataset, val: Dataset, calibration: Dataset | None, loader: Any,
+                 device: torch.device, progress: bool, log: Callable[[str], None], resume: bool,
+                 speed: SpeedConfig, dist: DistContext | None, dense_macs: int, budget: CompareBudget, seed: int,
+                 total: int):
+        self.model, self.train, self.val, self.calibration, self.loader = model, train, val, calibration, loader
+        self.device, self.progress, self.log, self.resume, self.speed = device, progress, log, resume, speed
+        self.dist, self.dense_macs, self.budget, self.seed, self.total = dist, dense_macs, budget, seed, total
+        #: Each scored arm's per-image correctness, by run directory (rank 0 alone writes it to the arm's file).
+        self.scores: dict[str, np.ndarray] = {}
+        self.number = 0
+
+    def arm(self, name: str, target: Target, arm_dir: Path) -> ArmResult:
+        """Arm ``name`` at ``target``: planned at the MAC share (a speedup target's found by probing), then run."""
+        stored = self._stored(arm_dir)
+        if stored is not None:
+            return stored
+        begin = time.perf_counter()
+        probes: list[dict[str, Any]] | None = None
+        if target.kind == "macs":
+            share = target.value
+            planned = plan_arm(self.model, name, share * self.dense_macs, self.budget, self.seed,
+                               dense_macs=self.dense_macs)
+        else:
+            planned, share, probes = self._probe(name, target.value, arm_dir.parent / "probes" / name)
+        if planned.status != PLANNED:
+            self.number += 1
+            result = ArmResult(name, planned.title, target.label, planned.status, reason=planned.reason, share=share,
+                               probes=probes)
+            on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
+            self.log(f"{self.number}/{self.total} {name} ({target.describe()}): {planned.status}: {planned.reason}")
+            return result
+        return self.run(planned, target, share, arm_dir, probes=probes, spent=time.perf_counter() - begin)
+
+    def _stored(self, arm_dir: Path) -> ArmResult | None:
+        """The arm a resumed comparison finished (not one that stopped on an error: that one runs again, from its
+        chain's last finished step)."""
+        if not self.resume or not (arm_dir / ARM_FILE).is_file():
+            return None
+        stored = read_json(arm_dir / ARM_FILE)
+        result = ArmResult(**stored["result"])
+        if result.status == FAILED:
+            return None
+        self.number += 1
+        self.log(f"[bold]{self.number}/{self.total} {result.arm}[/] ({result.target or 'control'}): finished in an "
+                 "earlier run")
+        if result.status == DONE:
+            self.scores[result.run_dir] = unpack_correct(stored["correct"], len(self.loader.dataset))
+        return result
+
+    def _probe(self, name: str, factor: float, probes_dir: Path) -> tuple[Arm, float, list[dict[str, Any]]]:
+        """The MAC share at which arm ``name``'s pruned (not yet recovered) model runs ``factor`` times faster than
+        the dense one: from ``1 / factor``, each next share from the speedups measured so far (a power law through
+        the last two), until the factor lies within a probe's quartiles (or the next share is the same) or
+        :data:`PROBES` have run, then the share they point to. Returns the arm
+        planned at that share (or why it cannot be), the share and the probes."""
+        share, probes = min(max(1 / factor, SHARES[0]), SHARES[1]), []
+        for number in range(1, PROBES + 1):
+            planned = plan_arm(self.model, name, share * self.dense_macs, self.budget, self.seed,
+                               dense_macs=self.dense_macs)
+            if planned.status != PLANNED:
+                return planned, share, probes
+            # The pruning alone: speed does not depend on the recovery (HiAP's training is its pruning).
+            steps = planned.steps[:-1] if len(planned.steps) > 1 and planned.steps[-1]["method"] == "finetune" \
+                else planned.steps
+            self.log(f"  {name}: probe {number} at {share:.1%} of the MACs")
+            try:
+                chain = run_chain(self.model, self.train, self.val, parse_chain(steps),
+                                  run_dir=probes_dir / f"{number:02d}", calibration_set=self.calibration,
+                                  device=self.device, progress=self.progress, log=self.log, resume=self.resume,
+                                  speed=self.speed, onnx=False, dist=self.dist)
+            except UnreachableTargetError as exc:
+                return Arm(name, planned.title, UNREACHABLE, reason=str(exc)), share, probes
+            timing = chain.speed
+            probes.append({"share": share, "macs_share": chain.pruned["macs_full"] / self.dense_macs,
+                           "speedup": timing["speedup"], "speedup_q1": timing["speedup_q1"],
+                           "speedup_q3": timing["speedup_q3"]})
+            following = _next_share(probes, factor)
+            if timing["speedup_q1"] <= factor <= timing["speedup_q3"] or abs(following - share) < 1e-3:
+                return planned, share, probes
+            share = following
+        # The probes ran out: the arm runs at the share they point to last.
+        return plan_arm(self.model, name, share * self.dense_macs, self.budget, self.seed,
+                        dense_macs=self.dense_macs), share, probes
+
+    def run(self, arm: Arm, target: Target | None, share: float | None, arm_dir: Path,
+            probes: list[dict[str, Any]] | None = None, spent: float = 0.0) -> ArmResult:
+        """Run ``arm``'s chain into ``arm_dir`` and score it (``target`` ``None``: the control; ``spent``: seconds
+        its probes took)."""
+        stored = self._stored(arm_dir)
+        if stored is not None:
+            return stored
+        self.number += 1
+        where = f" ({target.describe()})" if target is not None else ""
+        self.log(f"[bold]{self.number}/{self.total} {arm.name}{where}[/]: "
+                 f"{' → '.join(step['method'] for step in arm.steps)}")
+        base = ArmResult(arm.name, arm.title, None if target is None else target.label, DONE, steps=arm.steps,
+                         share=share, run_dir=str(arm_dir), probes=probes)
+        begin = time.perf_counter()
+        try:
+            chain = run_chain(self.model, self.train, self.val, parse_chain(arm.steps), run_dir=arm_dir,
+                              calibration_set=self.calibration, device=self.device, progress=self.progress,
+                              log=self.log, resume=self.resume, speed=self.speed, onnx=False, dist=self.dist)
+        except VitpruneError as exc:
+            status = UNREACHABLE if isinstance(exc, UnreachableTargetError) else FAILED
+            result = replace(base, status=status, reason=str(exc), seconds=spent + time.perf_counter() - begin)
+            on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
+            self.log(f"  {arm.name}{where} stopped: {exc}")
+            return result
+        final = load(arm_dir / RUN_MODEL_DIR, map_location=self.device).eval()
+        correct = evaluate(final, self.loader, per_image=True)["correct"].numpy()
+        macs, timing = chain.pruned["macs_full"], chain.speed or {}
+        result = replace(base, top1=100 * float(correct.mean()), interval=list(top1_interval(correct)),
+                         params=chain.pruned["params"], macs=macs, macs_share=macs / self.dense_macs,
+                         met=_met(target, share, macs / self.dense_macs, timing),
+                         speedup=timing.get("speedup"), speedup_q1=timing.get("speedup_q1"),
+                         speedup_q3=timing.get("speedup_q3"),
+                         seconds=spent + time.perf_counter() - begin)
+        on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict(),
+                                                        "correct": pack_correct(correct)}))
+        self.scores[result.run_dir] = correct
+        return result
+
+
+def _next_share(probes: list[dict[str, Any]], factor: float) -> float:
+    """The MAC share expected to run ``factor`` times faster: speedup taken as ``c * macs_share ** -g`` through the
+    last two probes (``g`` = 1, speed in proportion to MACs, after one)."""
+    last = probes[-1]
+    g = 1.0
+    if len(probes) > 1:
+        before = probes[-2]
+        run = math.log(last["macs_share"]) - math.log(before["macs_share"])
+        rise = math.log(last["speedup"]) - math.log(before["speedup"])
+        if run * rise < 0:  # speed rises as MACs fall: the power law's exponent
+            g = -rise / run
+    share = last["share"] * (last["speedup"] / factor) ** (1 / g)
+    return min(max(share, SHARES[0]), SHARES[1])
+
+
+def _met(target: Target | None, share: float | None, macs_share: float, timing: dict[str, Any]) -> bool | None:
+    """On target: MACs within :data:`MATCH` of the share, or the speedup within the measured quartiles."""
+    if target is None:
+        return None
+    if target.kind == "macs":
+        return abs(macs_share / share - 1) <= MATCH
+    return bool(timing) and timing["speedup_q1"] <= target.value <= timing["speedup_q3"]
+
+
+def _footprint(model: nn.Module) -> dict[str, int]:
+    totals = count_macs(model).totals()
+    return {"params": totals["params"], "macs": totals["macs_full"]}
+
+
+def _scored(results: list[ArmResult], label: str) -> list[ArmResult]:
+    return [r for r in results if r.target == label and r.status == DONE]
+
+
+def _best(results: list[ArmResult], label: str, name: str, data: str, run_dir: Path) -> dict[str, Any] | None:
+    """The most accurate arm on target ``label`` (ties: the faster), with the command that runs it alone."""
+    met = [r for r in _scored(results, label) if r.met]
+    if not met:
+        return None
+    best = max(met, key=lambda r: (r.top1, r.speedup or 0.0))
+    steps = Path(best.run_dir) / "chain.json"
+    return {"arm": best.arm, "top1": best.top1, "speedup": best.speedup, "macs_share": best.macs_share,
+            "command": f"vitprune chain {name} --data {data} --steps {steps} --out {run_dir.name}-{best.arm}"}
+
+
+def _paired(results: list[ArmResult], control: ArmResult, label: str,
+            scores: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The best arm on target ``label`` against every other scored arm there and the control, image by image."""
+    met = [r for r in _scored(results, label) if r.met]
+    if not met:
+        return []
+    best = max(met, key=lambda r: (r.top1, r.speedup or 0.0))
+    mine = scores[best.run_dir]
+    others = [r for r in _scored(results, label) if r is not best]
+    if control.status == DONE:
+        others.append(control)
+    return [{"a": best.arm, "b": other.arm, **paired_difference(mine, scores[other.run_dir]).to_dict()}
+            for other in others]
+
+
+def _seconds(control: ArmResult, results: list[ArmResult], wall: float) -> float:
+    """The comparison's wall time: the runs' own (a resumed comparison's arms count the time they took) where that
+    is more than this call's."""
+    runs = sum(r.seconds or 0.0 for r in [control, *results])
+    return max(wall, runs)
+
+
+def _write(report: CompareReport, run_dir: Path) -> None:
+    write_json(run_dir / "report.json", report.to_dict())
+    write_page(report, run_dir)
+
+
+__all__ = ["ARMS_DIR", "ARM_FILE", "CONTROL", "MATCH", "PLAN_FILE", "PROBES", "check_targets", "compare"]
