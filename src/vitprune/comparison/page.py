@@ -29,11 +29,12 @@ def _row(r: ArmResult) -> str:
     on = {None: "control", True: "yes", False: "**no**"}[r.met]
     return (f"| {r.arm} | {r.top1:.2f} [{r.interval[0]:.2f}, {r.interval[1]:.2f}] | {r.params / 1e6:.3f} M | "
             f"{r.macs / 1e6:.2f} M ({r.macs_share:.1%}) | {_num(r.speedup, '.2f')}× "
-            f"[{_num(r.speedup_q1, '.2f')}, {_num(r.speedup_q3, '.2f')}] | {on} | {_duration(r.seconds)} | "
+            f"[{_num(r.speedup_q1, '.2f')}, {_num(r.speedup_q3, '.2f')}] | {on} | {duration(r.seconds)} | "
             f"{r.title} |")
 
 
-def _duration(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
+    """Seconds as the page and the command's log say them: ``45 s``, ``16.4 min``, ``–`` for none."""
     if seconds is None:
         return "–"
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
@@ -56,8 +57,8 @@ def render(report: CompareReport, plot: str | None = None) -> str:
         f"method's own search at `{budget['effort']}` effort. Speedup: the arm against the dense model in "
         f"{report.speed['pairs']} alternating pairs at batch {report.speed['batch_size']}, {report.speed['dtype']}, on "
         f"{report.speed['device']} with {report.speed['threads']} threads (median [quartiles]). "
-        f"Top-1 with Wilson's 95% interval. Wall time {_duration(report.seconds)} (estimated "
-        f"{_duration(report.estimate_seconds)} before the run, recovery and training only).",
+        f"Top-1 with Wilson's 95% interval. Wall time {duration(report.seconds)} (estimated "
+        f"{duration(report.estimate_seconds)} before the run, recovery and training only).",
         "",
     ]
     for label in report.targets:
@@ -118,4 +119,4 @@ def pareto(report: CompareReport) -> Any:
     return fig
 
 
-__all__ = ["PAGE_FILE", "PLOT_FILE", "pareto", "render", "write_page"]
+__all__ = ["PAGE_FILE", "PLOT_FILE", "duration", "pareto", "render", "write_page"]

@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 from vitprune.atomic import read_json, write_json
 from vitprune.comparison.arms import PLANNED, UNREACHABLE, Arm, arm_names, check_arms, left_out, plan_arm
 from vitprune.comparison.budget import CompareBudget, get_budget
-from vitprune.comparison.page import write_page
+from vitprune.comparison.page import duration, write_page
 from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
@@ -40,6 +40,7 @@ from vitprune.methods.chain import parse_chain, run_chain
 from vitprune.methods.stages import prepare_run_dir
 from vitprune.recipe import RUN_MODEL_DIR, load
 from vitprune.training import evaluate
+from vitprune.training.engine import class_logits
 from vitprune.training.distributed import DistContext, on_main
 
 PLAN_FILE, ARMS_DIR, ARM_FILE, CONTROL = "compare.json", "arms", "arm.json", "dense"
@@ -78,12 +79,13 @@ def compare(model: nn.Module, train_set: Dataset, val_set: Dataset, target: floa
 
     train = train_set if budget.train_images is None or budget.train_images >= len(train_set) else \
         balanced_subset(train_set, budget.train_images, seed=seed)
-    dense_macs = count_macs(model).macs
+    dense_count = count_macs(model).totals()
+    dense_macs = dense_count["macs_full"]
     names = [n for n in arm_names() if arms is None or n in arms]
     runs = 1 + len(names) * len(targets)
     estimate = _estimate(model, train, budget, runs, device)
     log(f"up to {runs} runs ({len(targets)} target(s) x {len(names)} arms, and the dense control) on {len(train)} "
-        f"training images; estimated {_duration(estimate)} for their recovery and training (searches and a speedup "
+        f"training images; estimated {duration(estimate)} for their recovery and training (searches and a speedup "
         "target's probes add to it)")
 
     loader = build_loader(val_set, 64, shuffle=False, seed=0)
@@ -99,7 +101,8 @@ def compare(model: nn.Module, train_set: Dataset, val_set: Dataset, target: floa
     interval = top1_interval(dense_correct)
     report = CompareReport(
         model=name, data=data, budget=plan["budget"], targets=plan["targets"],
-        dense={"top1": 100 * float(dense_correct.mean()), "interval": list(interval), **_footprint(model)},
+        dense={"top1": 100 * float(dense_correct.mean()), "interval": list(interval), "params": dense_count["params"],
+               "macs": dense_macs},
         control=control, arms=results, left_out=left_out(),
         best={t.label: _best(results, t.label, name, data, run_dir) for t in targets},
         paired={t.label: _paired(results, control, t.label, runner.scores) for t in targets},
@@ -166,18 +169,12 @@ def _step_seconds(model: nn.Module, batch: int, device: torch.device) -> float:
     for _ in range(4):
         begin = time.perf_counter()
         optimizer.zero_grad()
-        output = work(images)
-        logits = output[0] if isinstance(output, tuple) else output
-        torch.nn.functional.cross_entropy(logits, labels).backward()
+        torch.nn.functional.cross_entropy(class_logits(work(images)), labels).backward()
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - begin)
     return float(np.median(times[1:]))
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 #: A speedup target's probes per arm, at most.
@@ -336,21 +333,21 @@ def _met(target: Target | None, share: float | None, macs_share: float, timing: 
     return bool(timing) and timing["speedup_q1"] <= target.value <= timing["speedup_q3"]
 
 
-def _footprint(model: nn.Module) -> dict[str, int]:
-    totals = count_macs(model).totals()
-    return {"params": totals["params"], "macs": totals["macs_full"]}
-
-
 def _scored(results: list[ArmResult], label: str) -> list[ArmResult]:
     return [r for r in results if r.target == label and r.status == DONE]
 
 
-def _best(results: list[ArmResult], label: str, name: str, data: str, run_dir: Path) -> dict[str, Any] | None:
-    """The most accurate arm on target ``label`` (ties: the faster), with the command that runs it alone."""
+def _best_arm(results: list[ArmResult], label: str) -> ArmResult | None:
+    """The most accurate arm on target ``label`` (ties: the faster); ``None`` where none is on target."""
     met = [r for r in _scored(results, label) if r.met]
-    if not met:
+    return max(met, key=lambda r: (r.top1, r.speedup or 0.0)) if met else None
+
+
+def _best(results: list[ArmResult], label: str, name: str, data: str, run_dir: Path) -> dict[str, Any] | None:
+    """:func:`_best_arm`, with the command that runs it alone."""
+    best = _best_arm(results, label)
+    if best is None:
         return None
-    best = max(met, key=lambda r: (r.top1, r.speedup or 0.0))
     steps = Path(best.run_dir) / "chain.json"
     return {"arm": best.arm, "top1": best.top1, "speedup": best.speedup, "macs_share": best.macs_share,
             "command": f"vitprune chain {name} --data {data} --steps {steps} --out {run_dir.name}-{best.arm}"}
@@ -359,15 +356,13 @@ def _best(results: list[ArmResult], label: str, name: str, data: str, run_dir: P
 def _paired(results: list[ArmResult], control: ArmResult, label: str,
             scores: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """The best arm on target ``label`` against every other scored arm there and the control, image by image."""
-    met = [r for r in _scored(results, label) if r.met]
-    if not met:
+    best = _best_arm(results, label)
+    if best is None:
         return []
-    best = max(met, key=lambda r: (r.top1, r.speedup or 0.0))
-    mine = scores[best.run_dir]
     others = [r for r in _scored(results, label) if r is not best]
     if control.status == DONE:
         others.append(control)
-    return [{"a": best.arm, "b": other.arm, **paired_difference(mine, scores[other.run_dir]).to_dict()}
+    return [{"a": best.arm, "b": other.arm, **paired_difference(scores[best.run_dir], scores[other.run_dir]).to_dict()}
             for other in others]
 
 

@@ -115,11 +115,12 @@ class _Supervised(nn.Module):
         self.ce = ce
 
     def forward(self, images: torch.Tensor, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
-        return self.ce(_logits(outputs), targets)
+        return self.ce(class_logits(outputs), targets)
 
 
-def _logits(outputs: Any) -> torch.Tensor:
-    # A distilled DeiT in training mode returns (class-head, distillation-head) logits.
+def class_logits(outputs: Any) -> torch.Tensor:
+    """The class head's logits of what a model returned in training mode: a distilled DeiT returns (class-head,
+    distillation-head) logits."""
     return outputs[0] if isinstance(outputs, (tuple, list)) else outputs
 
 
@@ -307,7 +308,7 @@ class Trainer:
             raise VitpruneError(f"loss became {value} at epoch {self.epoch + 1}, batch {self.batch + 1}; "
                                 f"stopped, the last good checkpoint is {where}")
         labels = targets if targets.ndim == 1 else targets.argmax(dim=1)  # mixed targets: their dominant class
-        correct = int((_logits(outputs).argmax(dim=1) == labels).sum())
+        correct = int((class_logits(outputs).argmax(dim=1) == labels).sum())
         del outputs  # the activations' graph must not outlive the backward pass
         self.scaler.scale(loss / self.config.accum_steps).backward()
         return value, correct
