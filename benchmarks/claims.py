@@ -52,7 +52,7 @@ from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.data.cluttered_mnist import ClutteredMnistDataset
 from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import MacTarget, count_macs
 from vitprune.measure.paired import PairedDifference, decide, holm, paired_difference
 from vitprune.measure.paired import pack_correct as pack
 from vitprune.measure.paired import unpack_correct as unpack
@@ -61,13 +61,13 @@ from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.pipeline import te_shortlist
 from vitprune.methods.hiap import HiAPConfig, budget_threshold, extract, train_gates
 from vitprune.methods.hiap.search import fixed_macs
-from vitprune.methods.stages import weights_fingerprint
 from vitprune.methods.star import (apply_keep_rates, average_cosine_similarity, inter_layer_scores, keep_rates,
                                    rho_for_macs)
 from vitprune.methods.vbp import (magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection,
                                   select_for_macs, select_neurons)
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
+from vitprune.runs.stages import weights_fingerprint
 from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 
@@ -378,10 +378,12 @@ def trim_to(model: nn.Module, target: float, *, macs: Callable[[nn.Module], floa
     their GELU) until the model costs at most ``target`` by ``macs``; returns how many went. ``stats`` (VBP's MLP
     statistics) folds the removed neurons' mean into the next bias. This tops a depth choice up to an exact MAC
     budget, and brings VBP to one."""
+    if macs(model) <= target:  # already within it: nothing to trim
+        return 0
     blocks = set(remaining_layers(model)["activation"])
     scores = {b: s for b, s in (magnitude_scores(model) if scores is None else scores).items() if b in blocks}
     try:
-        removed = select_for_macs(model, scores, target, cost=macs)
+        removed = select_for_macs(model, scores, MacTarget.absolute(target), cost=macs)
     except VitpruneError:
         raise VitpruneError("no neuron trim reaches the MAC target") from None
     prune_by_selection(model, removed, stats)
@@ -605,7 +607,8 @@ class StarSchedules:
             dense, r.calibration, max_images=r.b.lrp_images).float().tolist(), family="star", seed=seed))
         self.anchor = star_anchor(self.acs)
         self.rates = keep_rates(self.acs, r.unit(f"star/rho/seed{seed}", lambda: rho_for_macs(
-            dense, self.acs, target, anchor=self.anchor), family="star", seed=seed), anchor=self.anchor)
+            dense, self.acs, MacTarget.absolute(target), anchor=self.anchor), family="star", seed=seed),
+            anchor=self.anchor)
         self.manual = manual_rates(r.blocks, r.unit(f"star/manual-r/seed{seed}", lambda: _bisect(
             lambda x: count_macs(tokens(dense, manual_rates(r.blocks, x), 1.0, None)).macs, target, 1e-3, 1.0),
             family="star", seed=seed))
@@ -671,7 +674,7 @@ def hiap_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                                replace(train, seed=seed), teacher=dense)
         half = copy.deepcopy(model)
         extract(half, gates, 0.0)  # logit 0: the paper's probability 0.5
-        extract(model, gates, budget_threshold(gates, fixed_macs(dense, target), target, 0.005))
+        extract(model, gates, budget_threshold(gates, fixed_macs(dense, MacTarget.absolute(target)), target, 0.005))
         return {"macs": count_macs(model).macs, "tuned": r.correct(model), "macs_half": count_macs(half).macs,
                 "tuned_half": r.correct(half)}
 
@@ -708,7 +711,7 @@ def hiap_claims(r: Runner) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def width_to(model: nn.Module, target: float, calibration: list) -> nn.Module:
     """Taylor width pruning (torch-pruning) a little above ``target``, then neurons to reach it exactly."""
     work = copy.deepcopy(model)
-    prune_width_to_macs(work, target * (1 + 2 * MATCH), importance="taylor", steps=8,
+    prune_width_to_macs(work, MacTarget.absolute(target * (1 + 2 * MATCH)), importance="taylor", steps=8,
                         gradients=taylor_gradients(work, calibration[:4]))
     trim_to(work, target)
     return work
@@ -780,7 +783,7 @@ def family_code() -> dict[str, tuple[Any, ...]]:
     """The code each family of units runs: this file's functions and vitprune's packages (:func:`source_hash`).
     A unit's key holds its family's hash, so changing any of it re-measures the family."""
     base = (Runner, final_macs, _bisect, pack, "adapters", "surgery", "training", "measure", "data", "models",
-            "layers.py", "recipe", "methods/stages.py")
+            "layers.py", "recipe", "runs/stages.py")
     hetdpt = (layer_savings, trim_to, depth_grid, layer_te, te_layers, _depth_model, predictor, predicted, map_pick,
               step2, hetdpt_claims, "methods/hetdpt", "methods/vbp")
     star = (_mean_macs, star_anchor, manual_rates, StarSchedules, tokens, star_claims, "methods/star")

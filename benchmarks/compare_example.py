@@ -20,7 +20,7 @@ from vitprune.cli import main as vitprune
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "runs" / "compare-cluttered"
 RESULTS = ROOT / "benchmarks" / "results" / "compare"
-COMMAND = ["compare", "cluttered-mnist-vit", "--data", "cluttered-mnist", "--macs", "0.7", "--macs", "0.5",
+COMMAND = ["compare", "cluttered-mnist-vit", "--data", "cluttered-mnist", "--target-macs", "0.7,0.5",
            "--out", str(RUN.relative_to(ROOT))]
 
 

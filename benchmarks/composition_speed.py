@@ -51,7 +51,7 @@ from torch import nn
 import vitprune
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
-from vitprune.measure import CONVENTIONS, count_macs
+from vitprune.measure import CONVENTIONS, MacTarget, count_macs
 from vitprune.methods.star import apply_keep_rates
 from vitprune.methods.width import prune_width_to_macs
 from vitprune.surgery import prune_depth
@@ -152,7 +152,7 @@ def build(label: str, args: argparse.Namespace, directory: Path) -> dict[str, An
                     info["depth_share_of_reduction"] = (dense_macs - count_macs(model).macs) / (dense_macs - target)
                 if "width" in variant:
                     round_to = 8 if variant.endswith("x8") else None
-                    ratio, plan = prune_width_to_macs(model, target, round_to=round_to)
+                    ratio, plan = prune_width_to_macs(model, MacTarget.absolute(target), round_to=round_to)
                     info |= {"width_ratio": ratio, "round_to": round_to, "width_plan_kept": {
                         "embed": None if plan.embed is None else len(plan.embed),
                         "head_dims": {b: len(k) for b, k in plan.head_dims.items()},

@@ -70,19 +70,19 @@ from torch.utils.flop_counter import FlopCounterMode
 from torchvision.models.detection.image_list import ImageList
 
 import vitprune
-from vitprune.atomic import read_json, write_json
 from vitprune.adapters.features import FeatureMaps
+from vitprune.atomic import read_json, write_json
 from vitprune.data import (CLUTTERED_DENSE, ClutteredDenseDataset, balanced_subset, build_dataset, build_loader,
                            collate_dense)
 from vitprune.dense import Segmenter, detection_scores, faster_rcnn, segmentation_scores
 from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import MacTarget, count_macs
 from vitprune.measure.paired import paired_metric_difference
 from vitprune.measure.speed import compare_speed
-from vitprune.methods.stages import weights_fingerprint
 from vitprune.methods.vbp import mlp_statistics, neuron_scores
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
+from vitprune.runs.stages import weights_fingerprint
 from vitprune.surgery import merge_linear_mlps, prune_depth, set_input_size
 from vitprune.training import TrainConfig, finetune_pruned
 
@@ -229,7 +229,8 @@ class Setting:
         share = target / self.dense_macs(self.checkpoint)
         for _ in range(8):
             model = copy.deepcopy(self.checkpoint)
-            prune_width_to_macs(model, own * share, importance="taylor", steps=8, gradients=gradients)
+            prune_width_to_macs(model, MacTarget.absolute(own * share), importance="taylor", steps=8,
+                                gradients=gradients)
             reached = self.dense_macs(model)
             if target <= reached <= target * (1 + 3 * MATCH):
                 trim_to(model, target, macs=self.dense_macs)

@@ -1,6 +1,6 @@
 """Every method and chain on the digits ViT at one fine-tuning budget: accuracy, MACs, measured speedup, Pareto plot.
 
-Each variant is a chain (:func:`vitprune.methods.chain.run_chain`): the method's own steps, then one
+Each variant is a chain (:func:`vitprune.runs.chain.run_chain`): the method's own steps, then one
 ``finetune`` step of ``--epochs`` epochs (AdamW, soft distillation from the dense model). Every variant
 gets the same recovery budget; what a method spends before it to decide what to cut (HetDPT's
 predictor probes and learned importance, HiAP's gated training, VBP's and STAR's calibration passes)
@@ -44,10 +44,12 @@ import vitprune
 from vitprune.atomic import atomic_file
 from vitprune.data import build_dataset
 from vitprune.measure import CONVENTIONS, SpeedConfig, count_macs
-from vitprune.methods.chain import MODEL_DIR, STEPS_DIR, ChainReport, parse_chain, run_chain
 from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE, PREDICTOR_PLOT
 from vitprune.methods.hiap.pipeline import PLOT_FILE as HIAP_PLOT
 from vitprune.plotting import figure, save_figure
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.chain import MODEL_DIR, STEPS_DIR, ChainReport, run_chain
+from vitprune.runs.steps import parse_chain
 
 CHECKPOINT = "digits-vit (trained by vitprune on scikit-learn's digits)"
 #: HetDPT step settings: the digits preset (as ``vitprune demo``).
@@ -117,10 +119,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         run_dir = work / f"{len(rows):02d}"
         start = time.perf_counter()
         steps = build_steps()
-        report = run_chain(dense, train, val, parse_chain([*steps, finetune]), run_dir=run_dir,
-                           calibration_set=calibration, preset="digits",
-                           speed=SpeedConfig(batch_size=args.speed_batch, pairs=args.speed_pairs),
-                           progress=sys.stderr.isatty())
+        report = run_chain(dense, MethodData(train, val, calibration), parse_chain([*steps, finetune], preset="digits"),
+                           RunContext(run_dir, speed=SpeedConfig(batch_size=args.speed_batch, pairs=args.speed_pairs),
+                                      progress=sys.stderr.isatty()))
         seconds = time.perf_counter() - start
         first = run_dir / STEPS_DIR / f"01-{steps[0]['method']}"
         if steps[0]["method"] == "hetdpt" and not fitted:

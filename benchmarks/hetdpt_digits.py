@@ -36,10 +36,12 @@ import vitprune
 from vitprune.atomic import atomic_file
 from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.measure import compare_speed, count_macs
+from vitprune.methods.hetdpt import HetDPTRun
 from vitprune.methods.hetdpt.baselines import greedy_te, te_static
 from vitprune.methods.hetdpt.importance import select_layers, select_layers_across_types
 from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE, preset, prune_and_recover, run_hetdpt
 from vitprune.methods.hetdpt.predictor import load_predictor, search_split
+from vitprune.runs import MethodData, RunContext
 from vitprune.surgery import add_depth_gates
 from vitprune.training import Trainer
 
@@ -102,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         # One HetDPT run at the largest budget fits the predictor (its sweeps cover that budget) and times the stages.
-        reference = run_hetdpt(model, train, val, budget=max(args.budgets), run_dir=Path(tmp) / "hetdpt",
-                               config=config, calibration_set=plain_train, progress=sys.stderr.isatty(), log=print)
+        reference = run_hetdpt(model, MethodData(train, val, plain_train), HetDPTRun(max(args.budgets), config=config),
+                               RunContext(Path(tmp) / "hetdpt", progress=sys.stderr.isatty(), log=print))
         fit = load_predictor(Path(tmp) / "hetdpt" / PREDICTOR_FILE)
         dense["top1"] = reference.top1["dense"]
         for budget in args.budgets:

@@ -34,7 +34,7 @@ import torch
 from profile_deit import write_results
 
 import vitprune
-from vitprune.measure import count_macs
+from vitprune.measure import MacTarget, count_macs
 from vitprune.methods.width import WidthConfig, prune_width_to_macs
 from vitprune.surgery import prune_depth
 
@@ -69,7 +69,8 @@ def _rows(depth: torch.nn.Module, convention: str, steps: int) -> list[dict[str,
     for gmacs, params in PAPER:
         model = copy.deepcopy(depth)
         start = time.perf_counter()
-        ratio, plan = prune_width_to_macs(model, gmacs * 1e9, convention=convention, steps=steps, **options)
+        ratio, plan = prune_width_to_macs(model, MacTarget.absolute(gmacs * 1e9, convention=convention), steps=steps,
+                                          **options)
         views = [v for v in vitprune.get_adapter(model).blocks() if v.attn is not None]
         rows.append({
             "paper_gmacs": gmacs, "paper_params_m": params, "convention": convention, "ratio": ratio,

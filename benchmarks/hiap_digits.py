@@ -44,7 +44,8 @@ from torch import nn
 import vitprune
 from vitprune.data import build_dataset, build_loader
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.hiap import HiAPConfig, run_hiap
+from vitprune.methods.hiap import HiAPConfig, HiAPRun, run_hiap
+from vitprune.runs import MethodData, RunContext
 from vitprune.surgery import prune_attention_dims, prune_mlp_neurons
 from vitprune.training import TrainConfig, Trainer, evaluate
 from vitprune.training.distill import DistillationLoss, make_teacher
@@ -151,9 +152,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         run_dir = runs_dir / f"budget_{budget:g}"
         shutil.rmtree(run_dir, ignore_errors=True)
         start = time.perf_counter()
-        report = run_hiap(dense, train, val, run_dir=run_dir, train=tune,
-                          config=HiAPConfig(target_macs=budget * dense_macs),
-                          speed=SpeedConfig(enabled=False))
+        report = run_hiap(dense, MethodData(train, val), HiAPRun(tune, HiAPConfig(target_macs=budget * dense_macs)),
+                          RunContext(run_dir, speed=SpeedConfig(enabled=False)))
         macs = report.pruned["macs_full"]
         rows.append({"budget": budget, "method": "hiap", "target_macs": budget * dense_macs, "macs": macs,
                      "params": report.pruned["params"], "top1": report.top1["extracted"],

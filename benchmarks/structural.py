@@ -47,7 +47,7 @@ from star_deit import ACS_GAMMA, fitted_acs, static_star
 from torch import nn
 
 import vitprune
-from vitprune.measure import CONVENTIONS, compare_speed, count_macs
+from vitprune.measure import CONVENTIONS, MacTarget, compare_speed, count_macs
 from vitprune.methods.hiap import extract, layer_shapes
 from vitprune.methods.width import prune_width_to_macs
 from vitprune.plotting import figure, save_figure
@@ -118,7 +118,7 @@ def _depth(start: _Start) -> tuple[nn.Module, str, dict[str, Any]]:
 
 def _to_macs(model: nn.Module, target: int, steps: int) -> tuple[str, dict[str, Any]]:
     """Width-prune ``model`` in place to at most ``target`` full MACs; its description and details."""
-    ratio, plan = prune_width_to_macs(model, target, round_to=ROUND_TO, steps=steps)
+    ratio, plan = prune_width_to_macs(model, MacTarget.absolute(target), round_to=ROUND_TO, steps=steps)
     text = f"isomorphic width (magnitude), ratio {ratio:.4f}, round_to {ROUND_TO}: {_widths(model)}"
     kept = {"embed": None if plan.embed is None else len(plan.embed),
             "head_dims": {b: len(k) for b, k in plan.head_dims.items()},

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from types import ModuleType
 
@@ -243,9 +244,24 @@ def digits_chain() -> torch.nn.Module:
 def quick_context(run_dir: Path, **options):
     """A method's run context with a short timing, for tests that do not check the timing."""
     from vitprune.measure import SpeedConfig
-    from vitprune.methods.base import RunContext
+    from vitprune.runs import RunContext
 
     return RunContext(run_dir, **{"speed": SpeedConfig(batch_size=4, pairs=3), **options})
+
+
+def claim_holder(out: Path) -> subprocess.Popen:
+    """Another process that claims ``out`` (``vitprune.runs.claim``) and holds it until its input closes or it is
+    killed; it imports no torch, so it starts at once."""
+    script = textwrap.dedent(f"""
+        import sys
+        from vitprune.runs.claim import claimed
+        with claimed({str(out)!r}):
+            print("held", flush=True)
+            sys.stdin.read()
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
 
 
 def max_diff(a, b) -> float:

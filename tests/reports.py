@@ -6,8 +6,8 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from vitprune.methods.report import Report
 from vitprune.recipe import read_document
+from vitprune.runs.report import Report
 
 
 def assert_written(report: Report, path: Path) -> None:

@@ -8,6 +8,7 @@ layers but not of the circles.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,11 @@ LAYERS = {
     **dict.fromkeys(("plotting", "data", "recipe", "adapters"), 2),
     **dict.fromkeys(("surgery", "measure", "export", "training"), 3),
     "consistency": 4, "models": 4, "dense": 4,
-    "methods": 5,
-    "comparison": 6,
-    "cli": 7, "vitprune": 7,  # "vitprune": the package's own __init__, the facade of the Python API
-    "__main__": 8,
+    "runs": 5,
+    "methods": 6,
+    "comparison": 7,
+    "cli": 8, "vitprune": 8,  # "vitprune": the package's own __init__, the facade of the Python API
+    "__main__": 9,
 }
 
 
@@ -72,6 +74,18 @@ def _part(module: str) -> str:
 
 def test_every_part_has_a_layer():
     assert {_part(module) for module in MODULES} == set(LAYERS)
+
+
+def test_the_development_guide_shows_this_table():
+    """docs/development.md's "Layers" table: each part (its first name in backquotes per item) in its layer."""
+    page = (SRC.parent / "docs" / "development.md").read_text()
+    table = page[page.index("| layer | parts |"):].split("\n\n")[0]
+    shown = {}
+    for row in table.splitlines()[2:]:
+        layer, parts = (cell.strip() for cell in row.strip("|").split("|"))
+        for item in re.split(r",\s*(?![^()]*\))", parts):  # commas outside the brackets separate the parts
+            shown[re.search(r"`([\w_]+)`", item).group(1)] = int(layer)
+    assert shown == LAYERS
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -9,12 +9,16 @@ from vitprune.version import __version__
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".adapters": ("get_adapter",),
     ".adapters.features": ("FeatureMaps", "intermediates"),
+    ".comparison.config": ("CompareConfig",),
     ".comparison.run": ("compare",),
+    ".measure.target": ("MacTarget",),
     ".models": ("create_model", "from_transformers", "resolve_model"),
     ".recipe": ("apply_edit", "get_recipe", "load", "save", "track"),
+    ".runs.context": ("MethodData", "RunContext"),
 })
 
 __all__ = [
-    "FeatureMaps", "VitpruneError", "__version__", "apply_edit", "compare", "create_model", "from_transformers", "get_adapter",
-    "get_recipe", "intermediates", "load", "resolve_model", "save", "track",
+    "CompareConfig", "FeatureMaps", "MacTarget", "MethodData", "RunContext", "VitpruneError", "__version__",
+    "apply_edit", "compare", "create_model", "from_transformers", "get_adapter", "get_recipe", "intermediates", "load",
+    "resolve_model", "save", "track",
 ]

@@ -36,20 +36,24 @@ class CliFacts:
     #: One of several alternative ways to set the same thing (STAR's rho, MAC target, hand-set rates): on the
     #: command line it is unset (``None``) unless named, and the config's ``validate`` wants exactly one.
     alternative: bool = False
-    #: The option's value times ``scale`` is the field's (GMACs on the command line, MACs in the config).
-    scale: float = 1.0
+    #: How the option's text becomes the field's value (``None``: typer reads it as the field's type); a
+    #: :class:`~vitprune.errors.VitpruneError` it raises is the command's one-line error.
+    parse: Callable[[str], Any] | None = None
     #: Old spellings of the flag, kept hidden for one release: they still work and warn that the name changed.
     aliases: tuple[str, ...] = ()
+    #: How the old spellings' text becomes the field's value, where it meant something else (``None``: as ``parse``).
+    alias_parse: Callable[[str], Any] | None = None
 
 
 def setting(default: Any = MISSING, *, default_factory: Callable[[], Any] | Any = MISSING, help: str,
             flag: str | None = None, short: str | None = None, min: float | None = None, max: float | None = None,
             choices: Iterable[str] | None = None, required: bool = False, alternative: bool = False,
-            scale: float = 1.0, aliases: Iterable[str] = ()) -> Any:
+            parse: Callable[[str], Any] | None = None, aliases: Iterable[str] = (),
+            alias_parse: Callable[[str], Any] | None = None) -> Any:
     """A dataclass field that the CLI exposes as an option; ``choices`` may be a registry (its keys are taken)."""
     facts = CliFacts(help=help, flag=flag, short=short, min=min, max=max,
                      choices=None if choices is None else tuple(choices), required=required,
-                     alternative=alternative, scale=scale, aliases=tuple(aliases))
+                     alternative=alternative, parse=parse, aliases=tuple(aliases), alias_parse=alias_parse)
     return dataclasses.field(default=default, default_factory=default_factory, metadata={CLI_METADATA: facts})
 
 
@@ -57,8 +61,21 @@ class JsonRecord:
     """A dataclass whose JSON-ready form is its fields."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: the fields, as :func:`dataclasses.asdict` gives them."""
-        return dataclasses.asdict(self)
+        """JSON-ready form: the fields, as :func:`dataclasses.asdict` gives them, a value with a ``to_json`` (a MAC
+        target) as that gives it."""
+        return json_ready(dataclasses.asdict(self))
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every object that has a ``to_json`` in it (in dicts, lists and tuples) replaced by its
+    ``to_json()``."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(json_ready(item) for item in value)
+    return value
 
 
 def cli_facts(field: dataclasses.Field) -> CliFacts | None:
@@ -66,4 +83,4 @@ def cli_facts(field: dataclasses.Field) -> CliFacts | None:
     return field.metadata.get(CLI_METADATA)
 
 
-__all__ = ["CLI_METADATA", "CliFacts", "JsonRecord", "cli_facts", "setting"]
+__all__ = ["CLI_METADATA", "CliFacts", "JsonRecord", "cli_facts", "json_ready", "setting"]

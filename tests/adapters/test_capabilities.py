@@ -11,10 +11,13 @@ import vitprune
 import vitprune.adapters as adapters
 from vitprune.adapters import CAPABILITIES, TimmViTAdapter, get_adapter
 from vitprune.errors import UnsupportedArchitectureError
-from vitprune.methods.base import MethodData, RunContext
+from vitprune.methods.hetdpt import HetDPTRun
 from vitprune.methods.hetdpt.pipeline import run_hetdpt
 from vitprune.methods.hiap import run_hiap
+from vitprune.methods.hiap import HiAPRun
+from vitprune.methods.star.config import WITHOUT_LRP
 from vitprune.methods.star.pipeline import STARConfig, run_star
+from vitprune.runs import MethodData, RunContext
 from vitprune.surgery import prune_depth
 from vitprune.training import TrainConfig
 
@@ -39,20 +42,21 @@ def limited(monkeypatch):
     return _OtherViT(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=3)
 
 
-@pytest.mark.parametrize("method, call, lacking", [
-    ("depth pruning", lambda m, d: prune_depth(m, attention=[0]), "remove attention sublayers"),
-    ("HetDPT", lambda m, d: run_hetdpt(m, None, None, budget=1, run_dir=d),
-     "remove attention sublayers and train gates on its sublayers, heads and neurons"),
-    ("HiAP", lambda m, d: run_hiap(m, None, None, run_dir=d, train=TrainConfig(epochs=1)),
-     "train gates on its sublayers, heads and neurons"),
-    ("STAR", lambda m, d: run_star(m, MethodData(None, None), STARConfig(alpha=0.5), RunContext(d)),
-     "propagate LRP relevance through its blocks"),
+@pytest.mark.parametrize("method, call, lacking, way", [
+    ("depth pruning", lambda m, d: prune_depth(m, attention=[0]), "remove attention sublayers", ""),
+    ("HetDPT", lambda m, d: run_hetdpt(m, MethodData(), HetDPTRun(1), RunContext(d)),
+     "remove attention sublayers and train gates on its sublayers, heads and neurons", ""),
+    ("HiAP", lambda m, d: run_hiap(m, MethodData(), HiAPRun(TrainConfig(epochs=1)), RunContext(d)),
+     "train gates on its sublayers, heads and neurons", ""),
+    # STAR does without the LRP prior, and says how.
+    ("STAR", lambda m, d: run_star(m, MethodData(), STARConfig(alpha=0.5), RunContext(d)),
+     "propagate LRP relevance through its blocks", f"; {WITHOUT_LRP}"),
 ])
-def test_a_method_refuses_what_the_family_lacks(limited, tmp_path, method, call, lacking):
+def test_a_method_refuses_what_the_family_lacks(limited, tmp_path, method, call, lacking, way):
     assert get_adapter(limited).family == "limited-vit"
     with pytest.raises(UnsupportedArchitectureError) as error:
         call(limited, tmp_path / "run")
-    assert str(error.value) == f"{method} needs to {lacking}, which vitprune cannot do on limited-vit models"
+    assert str(error.value) == f"{method} needs to {lacking}, which vitprune cannot do on limited-vit models{way}"
     assert not (tmp_path / "run").exists()  # refused before any work
 
 

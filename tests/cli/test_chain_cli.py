@@ -65,19 +65,19 @@ def test_missing_chain_file_is_one_line(capsys, tmp_path):
 
 def test_hetdpt_plus_mistakes_are_one_line(capsys, tmp_path):
     base = ("prune", "hetdpt+", "digits-vit", "--out", str(tmp_path / "run"), "--json", *OPTIONS)
-    code, _, err = run(capsys, *base, "--budget", "30", "--macs", "0.01")
+    code, _, err = run(capsys, *base, "--budget", "30", "--target-macs", "10M")
     assert_one_line_error(code, err, r"step 1 \(hetdpt\): budget 30 is out of range")
     # The failed run made nothing, so it left no directory: the corrected command needs no --resume.
     assert not (tmp_path / "run").exists()
-    code, _, err = run(capsys, *base, "--budget", "4", "--split", "1,1", "--macs", "0.01")
+    code, _, err = run(capsys, *base, "--budget", "4", "--split", "1,1", "--target-macs", "10M")
     assert_one_line_error(code, err, r"step 1 \(hetdpt\): split 1,1 removes 2 layers, not the budget of 4")
 
 
 @pytest.mark.slow
 def test_hetdpt_plus_runs_depth_and_its_recovery_then_width_then_one_fine_tune(capsys, tmp_path):
     target = 0.45 * count_macs(vitprune.create_model("digits-vit")).macs
-    code, stdout, _ = run(capsys, "prune", "hetdpt+", "digits-vit", "--budget", "4", "--split", "2,2", "--macs",
-                          str(target / 1e9), "--search-epochs", "1", "--epochs", "1", "--out", str(tmp_path / "run"),
+    code, stdout, _ = run(capsys, "prune", "hetdpt+", "digits-vit", "--budget", "4", "--split", "2,2", "--target-macs",
+                          str(int(target)), "--search-epochs", "1", "--epochs", "1", "--out", str(tmp_path / "run"),
                           "--json", *OPTIONS)
     assert code == 0
     report = json.loads(stdout)
@@ -92,7 +92,7 @@ def test_hetdpt_plus_runs_depth_and_its_recovery_then_width_then_one_fine_tune(c
 
 def test_a_failed_consistency_check_exits_non_zero_and_keeps_the_report(capsys, tmp_path, monkeypatch):
     """The report says INCONSISTENT and the exit status says so too; what was made stays for inspection."""
-    import vitprune.methods.chain as chain
+    import vitprune.runs.chain as chain
     from vitprune.consistency import Consistency
 
     def drifting(model, **_kwargs):

@@ -1,5 +1,5 @@
-"""A dry run of each ``imagenet-*`` preset: a synthetic ImageNet-shaped image folder (1,000 classes, two training
-images and one validation image each, 224 px JPEGs) through ``vitprune prune hetdpt``, ``vbp``, ``star`` and
+"""A dry run of each ``imagenet-*`` preset: a synthetic ImageNet-shaped image folder (1,000 classes, one training
+image and one validation image each, 224 px JPEGs) through ``vitprune prune hetdpt``, ``vbp``, ``star`` and
 ``hiap`` under ``torchrun --nproc_per_node 2`` on CPU, with the preset's whole recipe (its augmentations, repeated
 augmentation, mixup and cutmix, distillation, schedules) for one epoch of a few steps per stage, interrupted once a
 stage has written its file and resumed from there."""
@@ -22,9 +22,9 @@ import vitprune
 from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.training.presets import PRESETS
 
-CLASSES, TRAIN_PER_CLASS, SIZE = 1000, 2, 224
-#: Global batch 256: 8 optimisation steps per epoch of the 2,000 training images (the last one partial), 128 images
-#: per process (mixup and cutmix pair the images of a batch: they need an even number).
+CLASSES, TRAIN_PER_CLASS, SIZE = 1000, 1, 224
+#: Global batch 256: 4 optimisation steps per epoch of the 1,000 training images (the last one partial, 116 images per
+#: process), 128 images per process (mixup and cutmix pair the images of a batch: they need an even number).
 BATCH = "256"
 
 #: Per command: its arguments after MODEL, DATA and --out, and the stage file to interrupt after (the run is stopped

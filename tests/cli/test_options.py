@@ -10,8 +10,8 @@ import pytest
 from test_help import command_tree
 
 from vitprune.cli.options import CLASSES_GROUP, DATA_GROUP, MODEL_GROUP, SPEED_GROUP
-from vitprune.measure import SpeedConfig
-from vitprune.methods.chain import Step, check_chain
+from vitprune.measure import MacTarget, SpeedConfig
+from vitprune.runs.steps import Step, check_chain
 
 
 #: The leaf commands (groups have no options of their own).
@@ -118,7 +118,11 @@ def test_no_command_function_takes_more_than_ten_parameters():
     ("vbp", ["--ratio", "0.5", "--finetune-epochs", "0"], "--finetune-epochs", "--epochs", None, None),
     ("vbp", ["--ratio", "0.5", "--no-distill"], "--no-distill", "--distill none", "distill", "none"),
     ("star", ["--rho", "0.7", "--alpha", "0.5"], "--alpha", "--attention-weight", "alpha", 0.5),
-], ids=["valued", "switch", "renamed-flag"])
+    # GMACs, the old --macs: the same target, now spelled with its unit (a bare number is a share).
+    ("vbp", ["--macs", "0.002"], "--macs 0.002", "--target-macs 2M", "target_macs", MacTarget.absolute(2e6)),
+    ("width", ["--macs", "0.002", "--convention", "tp"], "--macs 0.002", "--target-macs 2M", "target_macs",
+     MacTarget.absolute(2e6, convention="tp")),
+], ids=["valued", "switch", "renamed-flag", "gmacs", "gmacs-in-a-convention"])
 def test_an_old_option_name_still_works_and_warns(capsys, monkeypatch, method, argv, old, new, field, value):
     from test_cli import run
 
@@ -131,6 +135,6 @@ def test_an_old_option_name_still_works_and_warns(capsys, monkeypatch, method, a
     monkeypatch.setattr(methods, "show_report", lambda *a: None)
     code, _, err = run(capsys, "prune", method, "digits-vit", "--data", "digits", *argv, "--out", "unused")
     assert code == 0, err
-    assert f"{old} is now {new}; the old name goes in the next release" in err
+    assert f"{old} is now {new}; the old spelling goes in the next release" in err
     if field is not None:
         assert getattr(calls["config"], field) == value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -165,6 +166,28 @@ def test_prune_vbp_runs_and_reports(capsys, tmp_path, monkeypatch):
                                                                 "compensate": True, "removed": total // 2}
 
 
+def test_a_share_of_the_macs_and_its_count_prune_the_same_model(capsys, tmp_path):
+    """--target-macs 60% and the MACs it stands for give the same model; the old spelling (GMACs) still does, and
+    warns."""
+    dense = count_macs(vitprune.create_model("digits-vit")).macs
+    # MAC counts are whole: at most 60% of them is at most its whole part.
+    count = math.floor(0.6 * dense)
+    spellings = {"share": ["--target-macs", "60%"], "count": ["--target-macs", str(count)],
+                 "old": ["--macs", f"{count / 1e9!r}"]}
+    models, errors = {}, {}
+    for name, spelled in spellings.items():
+        code, _, errors[name] = run(capsys, "prune", "vbp", "digits-vit", "--no-pretrained", "--data", "digits",
+                                    *spelled, "--calibration-images", "64", "--no-speed", "--json", "--out",
+                                    str(tmp_path / name))
+        assert code == 0, errors[name]
+        models[name] = vitprune.load(tmp_path / name / "model").state_dict()
+    assert all(torch.equal(models["share"][k], models[other][k]) for other in ("count", "old") for k in models["share"])
+    assert count_macs(vitprune.load(tmp_path / "share" / "model")).macs <= count
+    assert errors["share"] == errors["count"] == ""
+    assert errors["old"].strip() == (f"warning: --macs {count / 1e9!r} is now --target-macs {format_count(count)}; "
+                                     "the old spelling goes in the next release")
+
+
 @pytest.mark.slow
 def test_prune_vbp_baseline_with_fine_tuning_as_json(capsys, tmp_path):
     out = tmp_path / "run"
@@ -223,9 +246,11 @@ def test_prune_star_runs_and_reports(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, pattern", [
     ([], "give exactly one of rho"),
-    (["--rho", "0.7", "--macs", "0.1"], "give exactly one of rho"),
+    (["--rho", "0.7", "--target-macs", "100M"], "give exactly one of rho"),
     (["--rho", "0"], r"rho must be in \(0, 1\]"),
-    (["--macs", "0.00001", "--acs-images", "4", "--attention-weight", "1"], "no keep-rate schedule reaches"),
+    (["--target-macs", "10K", "--acs-images", "4", "--attention-weight", "1"],
+     r"STAR's keep-rate schedule cannot reach 10K MACs per image \(full convention\); the nearest it reaches, one "
+     r"patch token in every block, is"),
     (["--rates", "1,0.5"], "2 keep rates for a model of 12 blocks"),
     (["--rates", "1,x"], "--rates takes comma-separated values"),
 ], ids=["no-target", "two-targets", "rho-zero", "macs-unreachable", "rates-length", "rates-form"])
@@ -243,8 +268,8 @@ def test_prune_hiap_runs_shows_the_live_view_and_reports(capsys, tmp_path, monke
     monkeypatch.setattr(err_console, "width", 400)
     out = tmp_path / "run"
     dense_macs = count_macs(vitprune.create_model("digits-vit")).macs
-    code, stdout, err = run(capsys, "prune", "hiap", "digits-vit", "--no-pretrained", "--data", "digits", "--macs",
-                            str(0.7 * dense_macs / 1e9), "--epochs", "1", "--lr", "1e-3", "--speed-batch", "2",
+    code, stdout, err = run(capsys, "prune", "hiap", "digits-vit", "--no-pretrained", "--data", "digits",
+                            "--target-macs", "70%", "--epochs", "1", "--lr", "1e-3", "--speed-batch", "2",
                             "--out", str(out))
     assert code == 0
     report = json.loads((out / "report.json").read_text())
@@ -259,10 +284,12 @@ def test_prune_hiap_runs_shows_the_live_view_and_reports(capsys, tmp_path, monke
 
 
 @pytest.mark.parametrize("args, pattern", [
-    (["--macs", "1"], "the MAC target 1G must lie between what HiAP cannot prune"),
+    (["--target-macs", "1G"], "the MAC target 1G is not below the model's .* there is nothing to prune"),
+    (["--target-macs", "1K"], "HiAP cannot reach 1K MACs per image .*; the nearest it reaches is above what it "
+                              "cannot prune"),
     (["--lambda-macro", "-1"], "the penalty weights λ must be >= 0"),
     (["--data", "/no/such/dir"], "/no/such/dir"),
-], ids=["target-too-big", "negative-lambda", "missing-data"])
+], ids=["target-too-big", "target-too-small", "negative-lambda", "missing-data"])
 def test_prune_hiap_user_errors(capsys, tmp_path, args, pattern):
     data = [] if "--data" in args else ["--data", "digits"]
     code, _, err = run(capsys, "prune", "hiap", "digits-vit", "--no-pretrained", "--epochs", "1", "--out",
@@ -282,7 +309,8 @@ def handed(monkeypatch):
     for method in ("vbp", "star"):
         monkeypatch.setattr(f"vitprune.methods.{method}.pipeline.run_{method}",
                             lambda model, data, config, ctx: calls.update(config=config))
-    monkeypatch.setattr("vitprune.methods.hiap.pipeline.run_hiap", lambda *a, **k: calls.update(k))
+    monkeypatch.setattr("vitprune.methods.hiap.pipeline.run_hiap",
+                        lambda model, data, config, ctx: calls.update(config=config.config, train=config.train))
     monkeypatch.setattr(methods, "load_inputs", lambda *a, **k: (None, {"train": None, "val": None,
                                                                            "calibration": None}))
     monkeypatch.setattr(methods, "show_report", lambda *a: None)

@@ -20,8 +20,7 @@ pytest.importorskip("torch_pruning")
 def test_width_to_a_mac_target_saves_the_pruned_model(capsys, tmp_path):
     out = tmp_path / "w"
     dense = count_macs(vitprune.create_model("digits-vit"), convention="linear").macs
-    target = 0.6 * dense / 1e9
-    code, stdout, _ = run(capsys, "prune", "width", "digits-vit", "--no-pretrained", "--macs", str(target),
+    code, stdout, _ = run(capsys, "prune", "width", "digits-vit", "--no-pretrained", "--target-macs", "60%",
                           "--convention", "linear", "--out", str(out), "--no-speed", "--json")
     assert code == 0
     summary = json.loads(stdout)
@@ -52,11 +51,11 @@ def test_taylor_width_on_digits_shows_the_table_and_speed(capsys, tmp_path, monk
 
 
 @pytest.mark.parametrize("args, pattern", [
-    (["--ratio", "0.3", "--macs", "0.01"], r"give exactly one of ratio and target_macs \(MACs; --macs in GMACs\)"),
-    ([], r"give exactly one of ratio and target_macs \(MACs; --macs in GMACs\)"),
-    (["--ratio", "0.3", "--importance", "taylor"], "taylor importance needs --data"),
+    (["--ratio", "0.3", "--target-macs", "10M"], r"give exactly one of ratio and target_macs \(--target-macs\)"),
+    ([], r"give exactly one of ratio and target_macs \(--target-macs\)"),
+    (["--ratio", "0.3", "--importance", "taylor"], r"taylor importance needs training images \(--data\)"),
     (["--ratio", "1.5"], r"width ratio must be in \[0, 1\), got 1.5"),
-    (["--macs", "1"], "is not below the model's"),
+    (["--target-macs", "1G"], "is not below the model's"),
 ], ids=["both", "neither", "taylor-without-data", "ratio", "target-too-big"])
 def test_width_user_errors(capsys, tmp_path, args, pattern):
     code, _, err = run(capsys, "prune", "width", "digits-vit", "--no-pretrained", "--no-speed", "--out",

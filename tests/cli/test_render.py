@@ -7,14 +7,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitprune.cli import render
+from vitprune.cli import render as cli_render
 from vitprune.cli.app import console, err_console
-from vitprune.methods.chain import ChainReport
 from vitprune.methods.hetdpt.pipeline import HetDPTReport
+from vitprune.methods.hetdpt.render import render_hetdpt
 from vitprune.methods.hiap import HiAPReport
-from vitprune.methods.stages import retention
+from vitprune.methods.hiap.render import render_hiap, render_hiap_epoch
 from vitprune.methods.star.pipeline import STARReport
+from vitprune.methods.star.render import render_star
 from vitprune.methods.vbp.pipeline import VBPReport
+from vitprune.methods.vbp.render import render_vbp
+from vitprune.runs import render
+from vitprune.runs.chain import ChainReport
+from vitprune.runs.stages import retention
 
 #: An accuracy as a report may hold it: missing, exactly zero, or any fraction.
 ACCURACY = st.one_of(st.none(), st.just(0.0), st.floats(0.0, 1.0))
@@ -39,28 +44,29 @@ def _layer() -> dict:
 
 
 def _reports(a: dict) -> list[tuple]:
-    """(renderer, arguments) for every renderer, with the accuracies in ``a``."""
+    """(renderer, arguments) for every renderer, with the accuracies in ``a``: the methods' views print on a console
+they are given, the command's own on the command's."""
     pruned = {"dense": a["dense"], "pruned": a["pruned"], "finetuned": a["finetuned"], "finetune_best": a["best"]}
     return [
-        (render.render_eval, ("m", "digits", "val", {"count": 10, "top1": a["dense"], "top5": a["pruned"],
+        (cli_render.render_eval, ("m", "digits", "val", {"count": 10, "top1": a["dense"], "top5": a["pruned"],
                                                      "loss": None})),
-        (render.render_hetdpt, ("m", HetDPTReport(
+        (render_hetdpt, (console, "m", HetDPTReport(
             **_gains(pruned), budget=2, attention=[0], activation=[1], merged_blocks=[1],
             split={"attention": 1, "activation": 1, "chosen_by": "user"}, predictor=None, selection={}, config={}))),
-        (render.render_vbp, ("m", VBPReport(
+        (render_vbp, (console, "m", VBPReport(
             **_gains(pruned), retention=retention(pruned), widths_dense={"0": 8}, widths={"0": 4}, removed=4,
             ratio=0.5, criterion="variance", compensate=True, config={}))),
-        (render.render_star, ("m", STARReport(
+        (render_star, (console, "m", STARReport(
             **{**_gains(pruned), "pruned": FOOTPRINT}, retention=retention(pruned), adaptive=False, rho=0.7,
             alpha=0.15, keep_rates=[1.0, 0.7], acs=[1.0, 0.9], config={}))),
-        (render.render_hiap, ("m", HiAPReport(
+        (render_hiap, (console, "m", HiAPReport(
             **_gains({"dense": a["dense"], "extracted": a["pruned"]}), target_macs=None, threshold=0.0,
             macs_predicted=0, heads=0, neurons=0, ffn_closed=[0], layers=[_layer()], config={}, train={}, history=[],
             plot="arch.png"))),
-        (render.render_hiap_epoch, ({"epoch": 1, "macs_expected_exact": 10.0, "macs_hardened": 8.0, "tau": 1.0,
+        (render_hiap_epoch, (err_console, {"epoch": 1, "macs_expected_exact": 10.0, "macs_hardened": 8.0, "tau": 1.0,
                                      "lambda_scale": 1.0, "undecided": 0.5, "val_top1": a["pruned"],
                                      "layers": [_layer()], "target_macs": None},)),
-        (render.render_chain, ("m", ChainReport(
+        (render.render_chain, (console, "m", ChainReport(
             **_gains({"dense": a["dense"], "final": a["finetuned"]}),
             steps=[{"step": 0, "method": "start", **FOOTPRINT, "top1": a["dense"]},
                    {"step": 1, "method": "depth", **FOOTPRINT, "top1": a["pruned"]}],
@@ -83,7 +89,7 @@ def test_every_renderer_survives_zero_and_missing_accuracies(accuracies):
 def test_a_zero_dense_accuracy_prints_a_dash_for_the_share(monkeypatch):
     monkeypatch.setattr(console, "width", 200)
     with console.capture() as captured:
-        render.render_hiap(*_reports({"dense": 0.0, "pruned": 0.0, "finetuned": 0.0, "best": None})[4][1])
+        render_hiap(*_reports({"dense": 0.0, "pruned": 0.0, "finetuned": 0.0, "best": None})[4][1])
     assert "0.00% extracted, no fine-tuning (- of dense)" in captured.get()
     assert render.percent(None) == "-" and render.percent(0.0) == "0.00%"
     assert render.ratio(1, 0) == render.ratio(None, 2) == "-" and render.ratio(1, 4) == "0.250"
@@ -116,9 +122,9 @@ def test_a_busy_machine_is_named_next_to_the_figure(capsys, monkeypatch, other_l
     monkeypatch.setattr(console, "width", 300)
     timing = _timing(other_load, threads, cpu_count)
     assert bool(busy_note(timing)) == busy
-    render.render_comparison("pruned", "dense", {**_speed(), "a": timing, "b": timing, "speedup_min": 1.0,
+    render.render_comparison(console, "pruned", "dense", {**_speed(), "a": timing, "b": timing, "speedup_min": 1.0,
                                                   "speedup_max": 1.4})
-    render._render_gains("m", "VBP", "50.0%", type("R", (), {**_gains({"dense": 0.5}), "speed": {
+    render.render_gains(console, "m", "VBP", "50.0%", type("R", (), {**_gains({"dense": 0.5}), "speed": {
         **_speed(), "a": timing, "b": timing}})())
     out = capsys.readouterr().out
     assert out.count("busy machine: other processes kept") == (2 if busy else 0)

@@ -9,9 +9,9 @@ import typer
 from test_cli import run
 
 from vitprune.cli import app
-from vitprune.methods.chain import Step, seeded
 from vitprune.methods.hetdpt.pipeline import configure
 from vitprune.models import resolve_model
+from vitprune.runs.steps import ChainConfig, Step
 
 #: The commands that build a model or sample data.
 SEEDED = [("finetune",), ("chain",), ("prune", "depth"), ("prune", "width"), ("prune", "hetdpt"),
@@ -52,7 +52,8 @@ def test_two_identical_runs_save_identical_models(capsys, tmp_path):
 def test_a_chain_seed_is_every_step_s_unless_it_names_its_own():
     steps = [Step("depth", {"attention": [0]}), Step("vbp", {"ratio": 0.3}), Step("finetune", {"seed": 7}),
              Step("hetdpt", {"budget": 2})]
-    assert [s.settings.get("seed") for s in seeded(steps, 3)] == [None, 3, 7, 3]
+    assert [s.settings.get("seed") for s in ChainConfig(steps, seed=3).seeded_steps()] == [None, 3, 7, 3]
+    assert ChainConfig(steps).seeded_steps() == steps
 
 
 def test_hetdpt_s_seed_reaches_every_stage():

@@ -60,7 +60,7 @@ def test_prune_hiap_runs(capsys, tmp_path, folder, saved, family):
     model = saved(family)
     dense = count_macs(vitprune.load(model)).macs
     out = tmp_path / "run"
-    code, stdout, err = run(capsys, "prune", "hiap", model, "--data", str(folder), "--macs", str(0.8 * dense / 1e9),
+    code, stdout, err = run(capsys, "prune", "hiap", model, "--data", str(folder), "--target-macs", "80%",
                             "--epochs", "1", "--lr", "1e-2", "--batch-size", "8", "--no-speed", "--json", "--out",
                             str(out))
     assert code == 0, err
@@ -76,11 +76,11 @@ def test_prune_hiap_runs(capsys, tmp_path, folder, saved, family):
                                            "blocks, which vitprune cannot do on timm-convnext models"),
     ("convnext", "hetdpt", ["--budget", "2"], "HetDPT needs to remove attention sublayers"),
     # A chain refuses before any step runs, naming the step.
-    ("convnext", "hetdpt+", ["--budget", "2", "--macs", "0.001"], "step 1 \\(hetdpt\\): HetDPT needs to remove "
+    ("convnext", "hetdpt+", ["--budget", "2", "--target-macs", "1M"], "step 1 \\(hetdpt\\): HetDPT needs to remove "
                                                                   "attention sublayers"),
     ("swin", "star", ["--rho", "0.7"], r"STAR needs to prune tokens and propagate LRP relevance through its blocks, "
                                        r"which vitprune cannot do on timm-swin models: Swin has no \[CLS\] token"),
-    ("swin", "hetdpt+", ["--budget", "2", "--macs", "0.001"], "step 2 \\(width\\): width pruning needs to prune "
+    ("swin", "hetdpt+", ["--budget", "2", "--target-macs", "1M"], "step 2 \\(width\\): width pruning needs to prune "
                                                               "embedding channels, which vitprune cannot do on "
                                                               "timm-swin models"),
 ], ids=["convnext-star", "convnext-hetdpt", "convnext-hetdpt+", "swin-star", "swin-hetdpt+"])

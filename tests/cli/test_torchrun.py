@@ -31,7 +31,7 @@ COMMANDS = {
               "--taylor-batches", "3", "--taylor-batch-size", "16"],
     # The chain command's path: HetDPT with its Stage 2, taylor width pruning to 1.8 MMACs, the width fine-tune.
     "hetdpt+": ["prune", "hetdpt+", "{model}", "--data", "digits", "-k", "2", "--split", "1,1", "--preset", "digits",
-                "--search-epochs", "1", "--epochs", "1", "-b", "16", "--macs", "0.0018", "--importance", "taylor",
+                "--search-epochs", "1", "--epochs", "1", "-b", "16", "--target-macs", "1.8M", "--importance", "taylor",
                 "--taylor-batches", "3", "--taylor-batch-size", "16"],
 }
 
@@ -98,7 +98,7 @@ def test_a_user_mistake_under_torchrun_is_one_line_from_rank_0(saved_model, tmp_
 def test_compare_under_torchrun_matches_one_process(saved_model, tmp_path):
     """``vitprune compare`` runs each arm as its chain runs under torchrun: the same files, written once, arms that
     agree with one process's, and one report on stdout."""
-    args = ["compare", str(saved_model), "--data", "digits", "--macs", "0.7", "--arms", "vbp", "--epochs", "1",
+    args = ["compare", str(saved_model), "--data", "digits", "--target-macs", "0.7", "--arms", "vbp", "--epochs", "1",
             "--json", "--device", "cpu", "--speed-batch", "1", "--repeats", "3"]
     one = json.loads(_one_process([*args, "--out", str(tmp_path / "one")]).stdout)
     two = json.loads(run_torchrun("-m", "vitprune", *args, "--out", str(tmp_path / "two")).stdout)

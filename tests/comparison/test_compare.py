@@ -15,13 +15,20 @@ from vitprune.comparison import arms as arms_module
 from vitprune.comparison import run as run_module
 from vitprune.comparison.arms import CHAINS, NOT_APPLICABLE, PLANNED, UNREACHABLE, arm_names, left_out, plan_arms
 from vitprune.comparison.budget import get_budget
+from vitprune.comparison.config import CompareConfig, check_targets
 from vitprune.comparison.report import CompareReport, Target
-from vitprune.comparison.run import ARM_FILE, check_targets, compare
+from vitprune.comparison.run import ARM_FILE, compare
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
+from vitprune.measure import MacTarget, SpeedConfig, count_macs
 from vitprune.measure import speed as speed_module
-from vitprune.methods.chain import load_chain, parse_chain
+from vitprune.methods.hetdpt import pipeline as hetdpt_pipeline
+from vitprune.methods.hiap import pipeline as hiap_pipeline
+from vitprune.methods.star import pipeline as star_pipeline
+from vitprune.methods.vbp import pipeline as vbp_pipeline
+from vitprune.methods.width import pipeline as width_pipeline
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.steps import load_chain, parse_chain
 
 pytest.importorskip("torch_pruning")
 
@@ -37,24 +44,62 @@ def _data(model, train=48, val=40):
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
-    """A three-block digits ViT (16 patches) compared at 60% of its MACs on the quick budget."""
+    """A three-block digits ViT (16 patches) compared at 60% of its MACs on the quick budget: every arm and the
+    control, about 10 s on 2 cores (the tests that read it are slow; the fast lane runs compare end to end below, on
+    one arm at a target out of reach and one at a measured speedup)."""
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=3, patch_size=8)
     train, val, calibration = _data(model)
     run_dir = tmp_path_factory.mktemp("compare") / "run"
+    searches: dict[str, list[object]] = {}
     with pytest.MonkeyPatch.context() as patch:
         # The timing's full collection before each arm's pairs costs a quarter second in a test process's heap;
         # this test judges no timing.
         patch.setattr(speed_module.gc, "collect", lambda: 0)
-        report = compare(model, train, val, 0.6, run_dir=run_dir, calibration_set=calibration, budget="quick",
-                         speed=SPEED, name="digits-vit", data="digits")
-    return model, (train, val, calibration), run_dir, report
+        for module, name, position in SEARCHES:
+            patch.setattr(module, name, _recorded(getattr(module, name), position, searches.setdefault(name, [])))
+        report = compare(model, MethodData(train, val, calibration),
+                         CompareConfig(target_macs=0.6, budget="quick", model="digits-vit", data="digits"),
+                         RunContext(run_dir, speed=SPEED))
+    return model, (train, val, calibration), run_dir, report, searches
 
 
-def test_every_arm_runs_to_the_target_next_to_the_control(compared):
-    model, _, run_dir, report = compared
+#: Each method's rate search, where its pipeline calls it, and which argument is the target.
+SEARCHES = [(vbp_pipeline, "select_for_macs", 2), (star_pipeline, "rho_for_macs", 2),
+            (width_pipeline, "prune_width_to_macs", 1), (hiap_pipeline, "fixed_macs", 1),
+            (hetdpt_pipeline, "budget_for_macs", 1)]
+
+
+def _recorded(search, position, seen):
+    """``search``, recording the target each call hands it."""
+    def call(*args, **kwargs):
+        seen.append(args[position])
+        return search(*args, **kwargs)
+    return call
+
+
+@pytest.mark.slow
+def test_the_target_reaches_every_rate_search_as_a_mac_target(compared):
+    """--target-macs 0.6 becomes one MacTarget, which the comparison resolves against the dense model once and
+    every method's own search receives (through its chain step's JSON form and its config)."""
+    model, _, _, _, searches = compared
     dense = count_macs(model).macs
-    assert [r.arm for r in report.arms] == arm_names() == ["width", "hetdpt", "vbp", "star", "hiap", *CHAINS]
+    goal = MacTarget.absolute(0.6 * dense)
+    assert set(searches) == {name for _, name, _ in SEARCHES}
+    assert all(isinstance(target, MacTarget) for targets in searches.values() for target in targets)
+    for name, targets in searches.items():
+        if name == "budget_for_macs":  # also the chains' first steps: the square root of the share each
+            assert targets[0] == goal and [t.value for t in targets[1:]] == pytest.approx([dense * 0.6 ** 0.5] * 2)
+        else:  # the method's own arm, and a chain's last step
+            assert set(targets) == {goal}, name
+
+
+@pytest.mark.slow
+def test_every_arm_runs_to_the_target_next_to_the_control(compared):
+    model, _, run_dir, report, _ = compared
+    dense = count_macs(model).macs
+    # vitprune's own methods in their names' order, then the chains.
+    assert [r.arm for r in report.arms] == arm_names() == ["hetdpt", "hiap", "star", "vbp", "width", *CHAINS]
     assert all(r.status == "done" for r in report.arms), [(r.arm, r.reason) for r in report.arms]
     for row in report.arms:
         assert row.macs == count_macs(vitprune.load(run_dir / "arms" / "macs-0.6" / row.arm / "model")).macs
@@ -82,8 +127,9 @@ def test_every_arm_runs_to_the_target_next_to_the_control(compared):
     assert set(report.left_out) == {"depth", "merge", "hetdpt+", "finetune"}
 
 
+@pytest.mark.slow
 def test_the_answer_is_written_and_names_the_best_arm(compared):
-    model, _, run_dir, report = compared
+    model, _, run_dir, report, _ = compared
     assert json.loads((run_dir / "report.json").read_text()) == json.loads(json.dumps(report.to_dict()))
     page = (run_dir / "report.md").read_text()
     assert (run_dir / "pareto.png").stat().st_size > 10_000 and "![top-1 against measured speedup](pareto.png)" in page
@@ -95,40 +141,46 @@ def test_the_answer_is_written_and_names_the_best_arm(compared):
     command = report.best["macs-0.6"]["command"]
     steps = run_dir / "arms" / "macs-0.6" / best.arm / "chain.json"
     assert command.startswith(f"vitprune chain digits-vit --data digits --steps {steps} ")
-    assert [s.to_dict() for s in load_chain(steps)] == [s.to_dict() for s in parse_chain(best.steps)]
+    assert load_chain(steps).to_dict()["steps"] == parse_chain(best.steps).to_dict()["steps"] == best.steps
     # The best arm against every other scored arm and the control, paired image by image.
     paired = report.paired["macs-0.6"]
     assert [p["b"] for p in paired] == [r.arm for r in report.arms if r is not best] + ["dense"]
     assert all(p["a"] == best.arm and p["images"] == 40 and p["low"] <= p["effect"] <= p["high"] for p in paired)
 
 
+@pytest.mark.slow
 def test_resume_reads_finished_arms_back(compared, monkeypatch):
-    model, (train, val, calibration), run_dir, report = compared
+    model, (train, val, calibration), run_dir, report, _ = compared
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished arm ran again")
     monkeypatch.setattr(run_module, "run_chain", refuse)
-    again = compare(model, train, val, 0.6, run_dir=run_dir, calibration_set=calibration, budget="quick",
-                    speed=SPEED, name="digits-vit", data="digits", resume=True)
+    again = compare(model, MethodData(train, val, calibration),
+                    CompareConfig(target_macs=0.6, budget="quick", model="digits-vit", data="digits"),
+                    RunContext(run_dir, speed=SPEED, resume=True))
     assert [r.to_dict() for r in again.arms] == [r.to_dict() for r in report.arms]
     assert again.control == report.control and again.best == report.best
     with pytest.raises(VitpruneError, match="ran with other targets, budget, arms or seed"):
-        compare(model, train, val, 0.6, run_dir=run_dir, calibration_set=calibration, budget="quick", epochs=2,
-                speed=SPEED, resume=True)
+        compare(model, MethodData(train, val, calibration), CompareConfig(target_macs=0.6, budget="quick", epochs=2),
+                RunContext(run_dir, speed=SPEED, resume=True))
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
-        compare(model, train, val, 0.6, run_dir=run_dir, calibration_set=calibration, speed=SPEED)
+        compare(model, MethodData(train, val, calibration), CompareConfig(target_macs=0.6),
+                RunContext(run_dir, speed=SPEED))
 
 
 def test_a_target_out_of_reach_is_reported_not_changed(tmp_path):
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=3)
     train, val, calibration = _data(model, train=32, val=20)
-    report = compare(model, train, val, 0.02, run_dir=tmp_path, calibration_set=calibration, speed=SPEED,
-                     arms=["vbp", "width", "star"])
-    assert [(r.arm, r.status) for r in report.arms] == [(a, UNREACHABLE) for a in ("width", "vbp", "star")]
+    report = compare(model, MethodData(train, val, calibration),
+                     CompareConfig(target_macs=0.02, arms=["vbp", "width", "star"]), RunContext(tmp_path, speed=SPEED))
+    assert [(r.arm, r.status) for r in report.arms] == [(a, UNREACHABLE) for a in ("star", "vbp", "width")]
     reasons = {r.arm: r.reason for r in report.arms}
-    assert reasons["vbp"].startswith("step 1 (vbp): no removal of MLP neurons reaches")
-    assert "out of reach" in reasons["width"] and "no keep-rate schedule reaches" in reasons["star"]
+    # Each says how near its rate search comes.
+    assert reasons["vbp"].startswith("step 1 (vbp): VBP's neuron removal cannot reach ")
+    assert reasons["width"].startswith("step 1 (width): width pruning cannot reach ")
+    assert reasons["star"].startswith("step 1 (star): STAR's keep-rate schedule cannot reach ")
+    assert all("; the nearest it reaches" in reason for reason in reasons.values())
     assert all(r.macs is None and r.top1 is None for r in report.arms)
     assert report.best == {"macs-0.02": None} and report.paired == {"macs-0.02": []}
     assert "No arm reached this target" in (tmp_path / "report.md").read_text()
@@ -147,7 +199,7 @@ def test_a_family_without_a_capability_lists_the_arm_as_not_applicable(name, kwa
     rank tokens by; each refused arm names the step and the family's reason, the others are planned."""
     model = tracked(name, kwargs)
     family = vitprune.get_adapter(model).family
-    planned = {a.name: a for a in plan_arms(model, 0.7 * count_macs(model).macs, get_budget("quick"), seed=0)}
+    planned = {a.name: a for a in plan_arms(model, MacTarget.relative(0.7), get_budget("quick"), seed=0)}
     assert list(planned) == arm_names()
     assert {n: a.status for n, a in planned.items()} == {n: NOT_APPLICABLE if n in refused else PLANNED
                                                          for n in arm_names()}
@@ -156,19 +208,21 @@ def test_a_family_without_a_capability_lists_the_arm_as_not_applicable(name, kwa
 
 
 def test_bad_targets_arms_and_budgets_are_one_line():
-    assert check_targets([0.5, 0.7, 0.5], [2, 1.5]) == [Target("macs", 0.7), Target("macs", 0.5),
-                                                         Target("speedup", 1.5), Target("speedup", 2.0)]
+    assert check_targets([0.5, "70%", 0.5, "1.2G"], [2, 1.5]) == [
+        Target.macs(0.5), Target.macs(0.7), Target.macs(1.2e9), Target("speedup", 1.5), Target("speedup", 2.0)]
     assert [t.label for t in check_targets(0.6, 1.5)] == ["macs-0.6", "speedup-1.5"]
-    assert Target.parse("speedup-1.5") == Target("speedup", 1.5) and Target("macs", 0.6).describe() == \
+    assert Target.parse("speedup-1.5") == Target("speedup", 1.5) and Target.macs(0.6).describe() == \
         "60% of the MACs"
+    assert Target.parse("macs-1200000000") == Target.macs("1.2G") and Target.macs("1.2G").describe() == "1.2G MACs"
     for macs, speedup, pattern in (([], None, "give at least one target"),
-                                   ([1.5], None, "in \\(0, 1\\), such as 0.6; got 1.5"), (0.0, None, "got 0"),
+                                   (["150%"], None, "a share of the model's MACs lies between 0 and 1"),
+                                   (["1.5"], None, "neither a share"), (0.0, None, "got 0"),
                                    (None, 0.9, "a speedup target is a factor above 1, such as 1.5; got 0.9")):
         with pytest.raises(VitpruneError, match=pattern):
             check_targets(macs, speedup)
     with pytest.raises(VitpruneError, match="a speedup target is measured: drop --no-speed"):
         check_targets(None, 1.5, SpeedConfig(enabled=False))
-    with pytest.raises(VitpruneError, match="unknown arm\\(s\\) prune; known: width, hetdpt, vbp"):
+    with pytest.raises(VitpruneError, match="unknown arm\\(s\\) prune; known: hetdpt, hiap, star, vbp, width"):
         arms_module.check_arms(["prune"])
     with pytest.raises(VitpruneError, match="unknown budget 'huge' \\(choose from: quick, standard, paper\\)"):
         get_budget("huge")
@@ -188,8 +242,8 @@ def test_a_speedup_target_probes_mac_shares_until_it_is_measured(tmp_path):
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=3, patch_size=8)
     train, val, calibration = _data(model, train=32, val=20)
-    report = compare(model, train, val, speedup=1.2, run_dir=tmp_path, calibration_set=calibration, arms=["vbp"],
-                     speed=SpeedConfig(batch_size=32, pairs=5, warmup=1))
+    report = compare(model, MethodData(train, val, calibration), CompareConfig(speedup=1.2, arms=["vbp"]),
+                     RunContext(tmp_path, speed=SpeedConfig(batch_size=32, pairs=5, warmup=1)))
     row, = report.arms
     assert report.targets == ["speedup-1.2"] and row.target == "speedup-1.2"
     probes = row.probes
@@ -203,7 +257,7 @@ def test_a_speedup_target_probes_mac_shares_until_it_is_measured(tmp_path):
         assert row.met == (row.speedup_q1 <= 1.2 <= row.speedup_q3)
         assert abs(row.macs_share / row.share - 1) <= 0.01  # the arm lands on the share its probes found
     else:  # the search went below what VBP can remove
-        assert row.status == UNREACHABLE and "no removal of MLP neurons reaches" in row.reason
+        assert row.status == UNREACHABLE and "VBP's neuron removal cannot reach" in row.reason
     assert "## 1.2× measured speedup" in (tmp_path / "report.md").read_text()
 
 

@@ -10,8 +10,10 @@ from conftest import CONVNEXT_TINY, HF_TINY, LVVIT_TINY, SWIN_TINY, tracked
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.chain import MODEL_DIR, parse_chain, run_chain
 from vitprune.methods.hetdpt.predictor import fit_predictor, save_predictor
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.chain import MODEL_DIR, run_chain
+from vitprune.runs.steps import parse_chain
 
 pytest.importorskip("torch_pruning")
 pytest.importorskip("onnxruntime")
@@ -42,8 +44,8 @@ def _setting(name, kwargs):
 
 def _chain(setting, steps, run_dir):
     model, train, val = setting
-    report = run_chain(model, train, val, parse_chain(steps), run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3),
-                       onnx=True)
+    report = run_chain(model, MethodData(train, val), parse_chain(steps),
+                       RunContext(run_dir, speed=SpeedConfig(batch_size=2, pairs=3)))
     macs = [step["macs_full"] for step in report.steps]
     assert all(b <= a for a, b in zip(macs, macs[1:])) and macs[-1] < macs[0], macs
     final = vitprune.load(run_dir / MODEL_DIR)

@@ -413,14 +413,15 @@ class ViTAdapter(ABC):
 
     def require(self, *needed: str, by: str, without: Mapping[str, str] = {}) -> None:
         """Refuse, in one line naming the family and what it lacks, a method ``by`` that needs ``needed``;
-        ``without`` says, by capability, how the method runs without it (the line ends with those that apply)."""
+        ``without`` says, by capability, how the method runs without it (the line ends with those ways where they
+        cover everything the family lacks: a way that leaves the method refused would mislead)."""
         unknown = [name for name in needed if name not in CAPABILITIES]
         if unknown:
             raise ValueError(f"unknown capabilities {unknown} (known: {', '.join(CAPABILITIES)})")
         lacking = [name for name in needed if name not in self.capabilities]
         if lacking:
             reasons = list(dict.fromkeys(self.lacking_reasons[n] for n in lacking if n in self.lacking_reasons))
-            ways = [without[name] for name in lacking if name in without]
+            ways = [without[name] for name in lacking] if all(name in without for name in lacking) else []
             raise UnsupportedArchitectureError(
                 f"{by} needs to {' and '.join(CAPABILITIES[name] for name in lacking)}, which vitprune cannot do on "
                 f"{self.family} models" + "".join(f": {reason}" for reason in reasons[:1])

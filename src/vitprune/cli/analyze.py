@@ -8,14 +8,15 @@ from typing import Any, Callable, List, Optional
 import typer
 from rich.table import Table
 
-from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.atomic import write_json
+from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT, AttentionIdentity, Inputs, check_target, input_groups,
+    IDENTITY_OPT, JSON_OPT, OVERWRITE_OPT, AttentionIdentity, Inputs, input_groups,
 )
-from vitprune.cli.render import percent
 from vitprune.errors import VitpruneError
+from vitprune.runs.context import check_target
+from vitprune.runs.render import percent
 from vitprune.training.config import TrainConfig
 
 analyze_app = typer.Typer(

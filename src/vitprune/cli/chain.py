@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,6 +16,9 @@ from vitprune.cli.render import show_report
 from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.config import HetDPTBudget, preset_for
 
+if TYPE_CHECKING:
+    from vitprune.runs.steps import ChainConfig
+
 
 @app.command()
 @run_groups
@@ -23,7 +26,8 @@ from vitprune.methods.hetdpt.config import HetDPTBudget, preset_for
 def chain(
     model: str = typer.Argument(..., help=MODEL_HELP),
     steps: Path = typer.Option(..., "--steps", help='Chain file (JSON): a list of steps such as {"method": "depth", '
-                                                     '"attention": [0, 3]}; see docs/recipes.md.'),
+                                                     '"attention": [0, 3]}, or {"steps": [...]} with a seed and '
+                                                     'train_images; see docs/recipes.md.'),
     out: Path = typer.Option(..., "--out", help="Run directory: chain.json, steps/NN-METHOD/, model/, report.json."),
     hetdpt: HetDPTBudget = ...,
     onnx: bool = typer.Option(True, "--onnx/--no-onnx", help="Check that the final model exports to ONNX."),
@@ -31,30 +35,29 @@ def chain(
     run: RunInputs = ...,
 ) -> None:
     """Run a chain of methods (depth, hetdpt, hetdpt+, merge, width, vbp, star, hiap, finetune) in order; check and time
-    the result. A step that names a seed in the chain file keeps it; the others take --seed."""
-    from vitprune.cli.render import render_chain
-    from vitprune.methods.chain import load_chain, seeded
+    the result. A step that names a seed keeps it; the others take the chain file's seed, else --seed (which also
+    draws a --no-pretrained MODEL's weights)."""
+    from vitprune.runs.render import render_chain
+    from vitprune.runs.steps import load_chain
 
-    run_chain_command(model, seeded(load_chain(steps), seed), run, out=out, preset=hetdpt.preset, onnx=onnx, seed=seed,
-                      render=render_chain)
+    config = load_chain(steps, seed=seed, preset=preset_for(hetdpt.preset, run.data.data), onnx=onnx)
+    run_chain_command(model, config, run, out=out, seed=seed, render=render_chain)
 
 
-def run_chain_command(model: str, steps: list, run: RunInputs, *, out: Path, preset: Optional[str], onnx: bool,
-                      seed: int, render: Callable[[str, Any], None]) -> None:
+def run_chain_command(model: str, config: ChainConfig, run: RunInputs, *, out: Path, seed: int,
+                      render: Callable[[Any, str, Any], None]) -> None:
     """Load MODEL (random weights drawn under ``seed``) and --data (with the calibration images VBP and STAR steps
-    use), run ``steps`` into --out and show the report through ``render``."""
+    use), run the chain ``config`` into --out and show the report through ``render``."""
     from vitprune.consistency import failed_checks
-    from vitprune.methods.chain import check_chain, run_chain
+    from vitprune.runs.chain import run_chain
+    from vitprune.runs.context import MethodData, RunContext
 
-    preset = preset_for(preset, run.data.data)
-    check_chain(steps, preset)  # before the data loads
     ctx = distributed(run.source.device)
     output = run.output
     dense, sets = load_inputs(model, run.source, run.data, seed=seed, splits=("train", "val", "calibration"))
-    report = run_chain(dense, sets["train"], sets["val"], steps, run_dir=out, calibration_set=sets["calibration"],
-                       device=ctx.device, progress=not output.json and ctx.is_main, resume=output.resume,
-                       log=(lambda _m: None) if output.json else err_console.print,
-                       preset=preset, speed=run.speed, onnx=onnx, dist=ctx)
+    report = run_chain(dense, MethodData(**sets), config, RunContext(
+        out, device=ctx.device, progress=not output.json and ctx.is_main, resume=output.resume,
+        log=(lambda _m: None) if output.json else err_console.print, speed=run.speed, dist=ctx, name=model))
     show_report(model, report, render, output.json)
     if not report.consistency["ok"]:
         failed = ", ".join(failed_checks(report.consistency))

@@ -13,9 +13,10 @@ from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.cli.options import (
     DEVICE_OPT, JSON_OPT, REPEATS_OPT, SPEED_BATCH_OPT, Convention, Inputs, input_groups,
 )
-from vitprune.cli.render import render_comparison, render_eval, render_profile, render_speed
+from vitprune.cli.render import render_eval, render_profile, render_speed
 from vitprune.device import resolve_device
 from vitprune.measure import CONVENTIONS, SpeedConfig
+from vitprune.runs.render import render_comparison
 
 
 class DType(str, Enum):
@@ -75,7 +76,7 @@ def bench(
     if json_out:
         print_json({"model": model, "vs": vs, **comparison.to_dict()})
     else:
-        render_comparison(model, vs, comparison.to_dict())
+        render_comparison(console, model, vs, comparison.to_dict())
 
 
 @app.command("eval")

@@ -3,17 +3,18 @@ side."""
 
 from __future__ import annotations
 
-from enum import Enum
+import shlex
+from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
 
 from vitprune.cli.app import MODEL_HELP, app, console, err_console, print_json
-from vitprune.cli.options import SEED_OPT, RunInputs, distributed, load_inputs, run_groups
+from vitprune.cli.config_options import config_options
+from vitprune.cli.options import RunInputs, distributed, load_inputs, run_groups
+from vitprune.comparison.config import CompareConfig
 from vitprune.measure import format_count
-from vitprune.training.config import TRAINING_HELP
 
 
 def _model_words(model: str, run: RunInputs, seed: int) -> str:
@@ -25,57 +26,49 @@ def _model_words(model: str, run: RunInputs, seed: int) -> str:
         words.append("--no-pretrained")
     if seed:
         words += ["--seed", str(seed)]
-    return " ".join(words)
+    return shlex.join(words)
 
 
-class BudgetName(str, Enum):
-    quick = "quick"
-    standard = "standard"
-    paper = "paper"
+def _data_words(run: RunInputs) -> str:
+    """--data as the command that reproduces an arm names it: with the options that chose its images."""
+    data = run.data
+    words = [data.data]
+    if data.data_root is not None:
+        words += ["--data-root", str(data.data_root)]
+    if data.val_split is not None:
+        words += ["--val-split", str(data.val_split)]
+    return shlex.join(words)
 
 
 @app.command()
 @run_groups
+@config_options(CompareConfig)
 def compare(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    macs: Optional[list[float]] = typer.Option(None, "--macs", help="Target share of MODEL's MACs per image (full "
-                                                                    "convention), e.g. 0.6; repeat for several."),
-    speedup: Optional[list[float]] = typer.Option(None, "--speedup", help="Target speedup over MODEL measured on this "
-                                                                          "machine (--speed-batch, --repeats), e.g. "
-                                                                          "1.5; repeat for several."),
-    budget: BudgetName = typer.Option(BudgetName.quick, "--budget",
-                                      help="quick (1 recovery epoch on 2,000 images; minutes on a CPU for a small "
-                                           "model), standard (10 epochs on every image) or paper (the HetDPT "
-                                           "paper's 400-epoch DeiT recipe, each search at its paper's settings)."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help=TRAINING_HELP["epochs"]),
-    arms: Optional[str] = typer.Option(None, "--arms", help="Comma-separated arms to run (default: every one; "
-                                                            "docs/compare.md lists them)."),
+    config: CompareConfig = ...,
     out: Path = typer.Option(..., "--out", help="Run directory: arms/, report.json, report.md, pareto.png."),
-    seed: int = SEED_OPT,
     run: RunInputs = ...,
 ) -> None:
-    """Bring every method MODEL's family supports (and the chains that fit) to each --macs or --speedup target by its
-    own rate search, recover each the same way, and compare them with the dense model given the same recovery: top-1
-    with its interval, params, MACs, measured speedup, wall time, paired statistics and the best arm's command."""
+    """Bring every method MODEL's family supports (and the chains that fit) to each --target-macs or --speedup target by
+    its own rate search, recover each the same way, and compare them with the dense model given the same recovery:
+    top-1 with its interval, params, MACs, measured speedup, wall time, paired statistics and the best arm's command."""
     from vitprune.comparison.arms import check_arms
-    from vitprune.comparison.budget import get_budget
+    from vitprune.comparison.config import check_targets
     from vitprune.comparison.report import Target
-    from vitprune.comparison.run import check_targets
     from vitprune.comparison.run import compare as run_compare
+    from vitprune.runs.context import MethodData, RunContext
 
-    chosen = [name.strip() for name in arms.split(",") if name.strip()] if arms else None
     # before the data loads
-    check_arms(chosen)
-    check_targets(macs, speedup, run.speed)
-    plan = get_budget(budget.value, epochs=epochs)
+    check_arms(config.arms)
+    check_targets(config.target_macs, config.speedup, run.speed)
+    config.resolved_budget()
+    config = replace(config, model=_model_words(model, run, config.seed), data=_data_words(run))
     ctx = distributed(run.source.device)
     output = run.output
-    dense, sets = load_inputs(model, run.source, run.data, seed=seed, splits=("train", "val", "calibration"))
-    report = run_compare(dense, sets["train"], sets["val"], macs, speedup=speedup, run_dir=out,
-                         calibration_set=sets["calibration"], budget=plan, arms=chosen, seed=seed,
-                         name=_model_words(model, run, seed), data=run.data.data,
-                         device=ctx.device, progress=not output.json and ctx.is_main, resume=output.resume,
-                         log=(lambda _m: None) if output.json else err_console.print, speed=run.speed, dist=ctx)
+    dense, sets = load_inputs(model, run.source, run.data, seed=config.seed, splits=("train", "val", "calibration"))
+    report = run_compare(dense, MethodData(**sets), config, RunContext(
+        out, device=ctx.device, progress=not output.json and ctx.is_main, resume=output.resume,
+        log=(lambda _m: None) if output.json else err_console.print, speed=run.speed, dist=ctx, name=model))
     if not ctx.is_main:
         return
     if output.json:

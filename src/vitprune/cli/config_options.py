@@ -55,21 +55,21 @@ class _Option:
             flags = [f"{self.flag}/--no-{self.flag[2:]}"]
         if self.facts.short:
             flags.append(self.facts.short)
-        if self.facts.required or required:
+        if (self.facts.required or required) and not self.facts.aliases:
             default = ...
-        elif self.facts.alternative or unset:
-            default = None
+        elif self.facts.alternative or unset or self.facts.required or required:
+            default = None  # a required option with old spellings is checked once they are read (:meth:`given`)
         elif self.is_list and default is not None:
             default = ",".join(map(str, default)) or None  # an empty list is the option left out
-        elif default is not None:
-            default = default / self.facts.scale if self.facts.scale != 1 else default
+        elif default is not None and self.facts.parse is not None:
+            default = str(default)
         help = self.facts.help + (f"  {PRESET_DEFAULT}" if unset else "")
         option = typer.Option(default, *flags, help=help, min=self.facts.min, max=self.facts.max)
         return inspect.Parameter(prefix + self.name, parameter_kind, default=option,
                                  annotation=self._annotation(default, unset))
 
     def _annotation(self, default: Any, unset: bool) -> Any:
-        value_type = self.choice_type if self.facts.choices else str if self.is_list else self.kind
+        value_type = self.choice_type if self.facts.choices else str if self.is_list or self.facts.parse else self.kind
         optional = self.optional or self.facts.alternative or unset or (self.is_list and default is None)
         return Optional[value_type] if optional else value_type
 
@@ -81,26 +81,37 @@ class _Option:
             flag, switch, _ = alias.partition("=")
             option = (typer.Option(False, flag, hidden=True) if switch else
                       typer.Option(None, flag, hidden=True, min=self.facts.min, max=self.facts.max))
+            annotation = (bool if switch else Optional[str] if self.facts.alias_parse
+                          else self._annotation(None, True))
             parameters.append(inspect.Parameter(self.alias_name(prefix, flag), parameter_kind, default=option,
-                                                annotation=bool if switch else self._annotation(None, True)))
+                                                annotation=annotation))
         return parameters
 
     def alias_name(self, prefix: str, alias: str) -> str:
         return f"{prefix}{self.name}__{alias.lstrip('-').replace('-', '_')}"
 
-    def given(self, kwargs: dict[str, Any], prefix: str) -> Any:
-        """The option's command-line value, popped from ``kwargs``; an old spelling used warns that the name
-        changed, and its value is taken (typer cannot tell a new option named from one left at its default)."""
+    def given(self, kwargs: dict[str, Any], prefix: str, required: bool = False) -> Any:
+        """The option's command-line value, popped from ``kwargs``; an old spelling used warns that the name changed,
+        and its value is taken (typer cannot tell a new option named from one left at its default). A ``required``
+        option with old spellings that none of them gave is one line."""
         value = kwargs.pop(prefix + self.name)
         for alias in self.facts.aliases:
             flag, switch, meant = alias.partition("=")
             old = kwargs.pop(self.alias_name(prefix, flag))
             if old is None or old is False:
                 continue
-            new = f"{self.flag} {meant}" if switch else self.flag
-            warnings.warn(f"{flag} is now {new}; the old name goes in the next release", VitpruneWarning,
+            if switch:
+                value, was, now = (self.choice_type(meant) if self.facts.choices else meant), flag, \
+                    f"{self.flag} {meant}"
+            elif self.facts.alias_parse is not None:
+                value = self.facts.alias_parse(old)
+                was, now = f"{flag} {old}", f"{self.flag} {value}"
+            else:
+                value, was, now = old, flag, self.flag
+            warnings.warn(f"{was} is now {now}; the old spelling goes in the next release", VitpruneWarning,
                           stacklevel=2)
-            value = (self.choice_type(meant) if self.facts.choices else meant) if switch else old
+        if value is None and (required or self.facts.required) and self.facts.aliases:
+            raise VitpruneError(f"missing option {self.flag}")
         return value
 
     @functools.cached_property
@@ -116,12 +127,13 @@ class _Option:
             return given.value
         if self.is_list:
             (item,) = typing.get_args(self.kind)
+            item = self.facts.parse or item
             try:
-                return [item(part) for part in given.split(",") if part.strip()]
+                return [item(part.strip()) for part in given.split(",") if part.strip()]
             except ValueError:
                 example = "integers such as 0,3,7" if item is int else "values such as 1,1,0.7"
                 raise VitpruneError(f"{self.flag} takes comma-separated {example}; got {given!r}") from None
-        return given * self.facts.scale if self.facts.scale != 1 else given
+        return self.facts.parse(given) if self.facts.parse is not None else given
 
 
 def _options(config_cls: type, names: Iterable[str] | None) -> list[_Option]:
@@ -194,7 +206,8 @@ def config_options(config_cls: type, *, param: str = "config", fields: Iterable[
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            values = {option.name: option.value(option.given(kwargs, prefix)) for option in options}
+            values = {option.name: option.value(option.given(kwargs, prefix, option.name in required))
+                      for option in options}
             given = {option.name: values[option.name] for option in options
                      if values[option.name] is not None or (option.facts.alternative and not overrides)}
             return command(**kwargs, **{param: given if overrides else config_cls(**{**defaults, **given})})

@@ -14,7 +14,7 @@ import typer
 from vitprune.cli.app import app, console, err_console, print_json
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import JSON_OPT
-from vitprune.cli.render import render_eval, render_hetdpt, render_profile, render_speed
+from vitprune.cli.render import render_eval, render_profile, render_speed
 from vitprune.measure import SpeedConfig
 
 DEMO_BUDGET = 8
@@ -35,8 +35,10 @@ def demo(
     from vitprune.adapters import get_adapter
     from vitprune.data import build_dataset, build_loader
     from vitprune.measure import count_macs, measure_speed
-    from vitprune.methods.hetdpt.pipeline import preset, run_hetdpt
+    from vitprune.methods.hetdpt import HetDPTRun, preset, run_hetdpt
+    from vitprune.methods.hetdpt.render import render_hetdpt
     from vitprune.models import create_model
+    from vitprune.runs import MethodData, RunContext
     from vitprune.training import evaluate
 
     model = create_model("digits-vit", pretrained=True)
@@ -58,9 +60,9 @@ def demo(
         console.rule(f"HetDPT: remove {budget} of the 24 attention + GELU layers")
     if fresh and out.exists():
         shutil.rmtree(out)
-    report = run_hetdpt(model, train, val, budget=budget, run_dir=out, config=preset("digits"), progress=not json_out,
-                        calibration_set=plain_train, resume=True, speed=speed,
-                        log=(lambda _m: None) if json_out else err_console.print)
+    report = run_hetdpt(model, MethodData(train, val, plain_train), HetDPTRun(budget, config=preset("digits")),
+                        RunContext(out, progress=not json_out, resume=True, speed=speed,
+                                   log=(lambda _m: None) if json_out else err_console.print))
     if json_out:
         print_json({
             "model": "digits-vit", "starting_checkpoint": "digits-vit (trained by vitprune, cached)",
@@ -69,4 +71,4 @@ def demo(
             "hetdpt": report.to_dict(),
         })
         return
-    render_hetdpt("digits-vit", report)
+    render_hetdpt(console, "digits-vit", report)

@@ -10,10 +10,11 @@ import typer
 
 from vitprune.cli.app import MODEL_HELP, app, console, print_json
 from vitprune.cli.config_options import config_options
+from vitprune.cli.options import JSON_OPT, OVERWRITE_OPT, ModelSource
+from vitprune.config import setting
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig
-from vitprune.cli.options import JSON_OPT, OVERWRITE_OPT, ModelSource, check_target
-from vitprune.config import setting
+from vitprune.runs.context import check_target
 
 
 @dataclass
@@ -48,7 +49,7 @@ def export(
     against PyTorch (both on the CPU; a static export at its own batch); or, with --native, write it in its own
     library's format where that format can describe it."""
     from vitprune.adapters import get_adapter
-    from vitprune.cli.render import render_comparison
+    from vitprune.runs.render import render_comparison
     from vitprune.export import OnnxRuntimeModel, export_onnx
     from vitprune.measure import compare_speed
     from vitprune.models import resolve_model
@@ -80,4 +81,4 @@ def export(
     console.print(f"wrote {onnx}: {model}, input {'x'.join(map(str, result.input_size))}, batch {batch}; "
                   f"onnxruntime {result.onnxruntime} matches PyTorch to {result.max_abs_diff:.1e} (max abs diff over "
                   f"{check.check_batch} random images, tolerance {check.atol:.0e})")
-    render_comparison("onnxruntime", "pytorch", summary["speed_vs_pytorch"])
+    render_comparison(console, "onnxruntime", "pytorch", summary["speed_vs_pytorch"])

@@ -12,7 +12,7 @@ from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
     JSON_OPT, NUM_CLASSES_OPT, RESUME_OPT, Inputs, distributed, input_groups,
 )
-from vitprune.cli.render import percent
+from vitprune.runs.render import percent
 from vitprune.training import DistillConfig, TrainConfig
 
 

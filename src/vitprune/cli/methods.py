@@ -1,14 +1,16 @@
-"""``vitprune prune NAME``: one command per registered method (:mod:`vitprune.methods.base`), generated.
+"""``vitprune prune NAME``: one command per registered method with a command part
+(:class:`~vitprune.runs.method.CommandLine`), generated.
 
 A method's command takes MODEL, ``--out``, one option per field its config exposes, and the shared groups, each
 declared once as a dataclass: the model source (:class:`~vitprune.cli.options.ModelSource`), the data
 (:class:`~vitprune.cli.options.DataSource`, for a method that reads data), the speed measurement
 (:class:`~vitprune.measure.SpeedConfig`), the fine-tune group (:class:`~vitprune.training.presets.FinetuneOptions`,
-for a method with a training :attr:`~vitprune.methods.base.Method.recipe`) and the output
+for a method with a training :attr:`~vitprune.runs.method.CommandLine.recipe`) and the output
 (:class:`~vitprune.cli.options.RunOutput` into a run directory, :class:`~vitprune.cli.options.ModelOutput` into one
-model directory). A method with a command of its own in ``cli/prune.py``
-(HetDPT, whose options change a preset) keeps it; every other registered method, one registered by a user's package
-too, gets its command here, shown by its renderer in :data:`~vitprune.cli.render.RENDERERS` or by the common one.
+model directory). Every method with a command part, one another installed package declares too, gets its command
+here, shown by the method's own :meth:`~vitprune.runs.method.CommandLine.render`; a method whose command is written by
+hand (:attr:`~vitprune.runs.method.CommandLine.handwritten`: HetDPT's and HetDPT+'s, whose options change a preset) has
+it in ``cli/prune.py``.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ import typer
 from vitprune.cli.app import MODEL_HELP, app, err_console
 from vitprune.cli.config_options import config_options
 from vitprune.cli.options import (
-    SEED_OPT, DataSource, FinetuneOptions, ModelOutput, ModelSource, RunOutput, check_target, distributed,
-    load_inputs,
+    SEED_OPT, DataSource, FinetuneOptions, ModelOutput, ModelSource, RunOutput, distributed, load_inputs,
 )
-from vitprune.cli.render import EPOCH_VIEWS, RENDERERS, render_lr, render_report, show_edit, show_report
+from vitprune.cli.render import render_lr, show_report
 from vitprune.config import cli_facts
 from vitprune.measure import SpeedConfig
-from vitprune.methods.base import Method, MethodData, RunContext, methods, validate_config
+from vitprune.runs.context import MethodData, RunContext, check_target
+from vitprune.runs.method import CommandLine, Method, methods, validate_config
 
 prune_app = typer.Typer(help="Prune a model and save it (base model + recipe of edits + weights).",
                         no_args_is_help=True)
@@ -101,7 +103,8 @@ def run_method(method: Method, model: str, config: Any, *, out: Path, source: Mo
     """Load MODEL (random weights drawn under ``seed``) and the sets of --data the method reads, run ``method`` with
     ``config`` into --out and show its report."""
     ctx = distributed(source.device)
-    if isinstance(output, ModelOutput):
+    writes_model = isinstance(output, ModelOutput)
+    if writes_model:
         check_target(out, output.overwrite, "--out")
     validate_config(config)
     if data is not None and data.data is not None:
@@ -112,22 +115,24 @@ def run_method(method: Method, model: str, config: Any, *, out: Path, source: Mo
         dense, sets = resolve_model(model, pretrained=source.pretrained, checkpoint=source.checkpoint, seed=seed), {}
     report = method.run(dense, MethodData(**sets), config, RunContext(
         run_dir=out, device=ctx.device, progress=not output.json and ctx.is_main,
-        resume=isinstance(output, RunOutput) and output.resume,
+        resume=not writes_model and output.resume, overwrite=writes_model and output.overwrite,
         log=(lambda _m: None) if output.json else err_console.print, speed=speed, dist=ctx, name=model,
-        on_epoch=None if output.json else EPOCH_VIEWS.get(method.name)))
-    if isinstance(output, ModelOutput):
-        show_edit(report, output.json, title=f"{model}: {method.title_of(report)}")
-        return
-    show_report(model, report, RENDERERS.get(method.name, lambda name, r: render_report(name, r, method.name)),
-                output.json)
+        on_epoch=None if output.json else method.epoch_view(err_console)))
+    show_report(model, report, method.render, output.json)
+
+
+def command_methods() -> dict[str, Method]:
+    """The methods with a ``vitprune prune NAME`` command."""
+    return {name: method for name, method in methods().items() if isinstance(method, CommandLine)}
 
 
 def add_method_commands() -> None:
-    """Give every registered method that has no command yet its ``vitprune prune NAME`` command."""
+    """Give every method with a command part that has no command yet its generated ``vitprune prune NAME`` command
+    (not one written by hand in ``cli/prune.py``)."""
     have = {info.name or info.callback.__name__ for info in prune_app.registered_commands}
-    for name, method in methods().items():
-        if method.command and name not in have:
+    for name, method in command_methods().items():
+        if not method.handwritten and name not in have:
             prune_app.command(name, help=method.help)(method_command(method))
 
 
-__all__ = ["add_method_commands", "method_command", "prune_app", "run_method"]
+__all__ = ["add_method_commands", "command_methods", "method_command", "prune_app", "run_method"]

@@ -23,8 +23,8 @@ from vitprune.config import SEED_HELP, setting
 from vitprune.device import AUTO
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig
-from vitprune.training.presets import FinetuneOptions  # noqa: F401  (the fine-tune group, beside the recipes it changes)
 from vitprune.surgery import IDENTITY_HELP
+from vitprune.training.presets import FinetuneOptions  # noqa: F401  (the fine-tune group, beside the recipes it changes)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -214,20 +214,6 @@ def load_data(net: nn.Module, data: str, splits: Mapping[str, tuple[str, bool]],
             raise VitpruneError(f"--num-classes {num_classes}, but {data} has {len(classes)} classes")
         replace_head(net, num_classes, classes)
     return sets
-
-
-def check_target(path: Path, overwrite: bool, option: str) -> None:
-    """Refuse, before any work, to write over an existing ``path`` unless ``overwrite``. Under torchrun rank 0
-    looks (join the group first, :func:`distributed`), so no rank finds what rank 0 has just written."""
-    from vitprune.atomic import check_writable
-    from vitprune.training.distributed import on_main
-
-    def check() -> None:
-        if path.exists() and not overwrite:
-            raise VitpruneError(f"{path} already exists; pass --overwrite to replace it, or choose another {option}")
-        check_writable(path)
-
-    on_main(check)
 
 
 def load_inputs(model: str, source: ModelSource, data: DataSource, *, seed: int,

@@ -1,9 +1,11 @@
-"""``vitprune prune hetdpt`` and ``vitprune prune hetdpt+``, whose options change a preset's settings (HetDPT's
-stages) rather than a config's defaults; every other method's command is generated (:mod:`vitprune.cli.methods`)."""
+"""``vitprune prune hetdpt`` and ``vitprune prune hetdpt+``, written by hand (their methods'
+:attr:`~vitprune.runs.method.CommandLine.handwritten`): their options change a preset's settings (HetDPT's stages)
+rather than a config's defaults. Every other method's command is generated (:mod:`vitprune.cli.methods`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,9 +50,9 @@ def hetdpt(
     run: RunInputs = ...,
 ) -> None:
     """HetDPT: how many attention/GELU layers to remove (predictor), which (learned importance); fine-tune, merge."""
-    from vitprune.methods.base import get_method
-    from vitprune.methods.hetdpt.method import HetDPTRun
+    from vitprune.methods.hetdpt.config import HetDPTRun
     from vitprune.methods.hetdpt.pipeline import configure, parse_split
+    from vitprune.runs.method import get_method
 
     split = parse_split(choice.split)
     settings = configure(preset_for(choice.preset, run.data.data), **changes)
@@ -73,14 +75,14 @@ def hetdpt_plus(
     """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
     recovered model (Isomorphic Pruning) to --macs, then the width recovery fine-tune; both fine-tunes distil from
     the unpruned model with HetDPT's Stage-2 settings."""
-    from vitprune.cli.render import render_chain
-    from vitprune.methods.base import get_method
+    from vitprune.runs.method import get_method
 
     width.validate()
-    plus = get_method("hetdpt+").configure({
-        "budget": choice.budget, "target_macs": width.target_macs, "split": choice.split,
+    method = get_method("hetdpt+")
+    plus = method.configure({
+        "budget": choice.budget, "target_macs": width.target_macs.to_json(), "split": choice.split,
         "convention": width.convention, "hetdpt": changes, **{k: v for k, v in changes.items() if k == "seed"},
         "width": {k: v for k, v in width.to_dict().items() if k not in ("ratio", "target_macs", "convention")},
     }, preset_for(choice.preset, run.data.data))
-    seed = changes.get("seed") or 0
-    run_chain_command(model, plus.steps, run, out=out, preset=plus.preset, onnx=True, seed=seed, render=render_chain)
+    run_chain_command(model, replace(plus, onnx=True), run, out=out, seed=changes.get("seed") or 0,
+                      render=method.render)

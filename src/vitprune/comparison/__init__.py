@@ -6,9 +6,10 @@ from vitprune.lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".arms": ("CHAINS", "Arm", "left_out", "plan_arms"),
     ".budget": ("BUDGETS", "CompareBudget", "get_budget"),
+    ".config": ("CompareConfig", "check_targets"),
     ".report": ("ArmResult", "CompareReport"),
     ".run": ("compare",),
 })
 
-__all__ = ["BUDGETS", "CHAINS", "Arm", "ArmResult", "CompareBudget", "CompareReport", "compare", "get_budget",
-           "left_out", "plan_arms"]
+__all__ = ["BUDGETS", "CHAINS", "Arm", "ArmResult", "CompareBudget", "CompareConfig", "CompareReport", "check_targets",
+           "compare", "get_budget", "left_out", "plan_arms"]

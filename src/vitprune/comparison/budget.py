@@ -14,7 +14,7 @@ from vitprune.training.presets import get_preset
 class CompareBudget:
     """One comparison's spending. Every arm (and the dense control) gets the same ``recovery`` with ``distill`` from
     the dense model, on ``train_images`` class-balanced training images (``None``: all); ``effort`` sizes each
-    method's own selection (:data:`vitprune.methods.base.EFFORTS`)."""
+    method's own selection (:data:`vitprune.runs.method.EFFORTS`)."""
 
     name: str
     recovery: TrainConfig

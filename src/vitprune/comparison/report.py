@@ -7,6 +7,7 @@ from typing import Any
 
 from vitprune.config import JsonRecord
 from vitprune.measure import CONVENTIONS
+from vitprune.measure.target import MacTarget
 
 #: Statuses after a run: an arm that ran and was scored, and one whose run stopped with a one-line reason (but for a
 #: rate search that cannot reach the target: :data:`~vitprune.comparison.arms.UNREACHABLE`).
@@ -15,26 +16,34 @@ DONE, FAILED = "done", "failed"
 
 @dataclass(frozen=True)
 class Target:
-    """What the arms aim at: a share of the dense model's full-convention MACs (``"macs"``, e.g. 0.6) or a speedup
-    over it measured on this machine (``"speedup"``, e.g. 1.5)."""
+    """What the arms aim at: a MAC target in the full convention (``"macs"``, a
+    :class:`~vitprune.measure.MacTarget`: a share of the dense model's MACs such as 0.6, or a count such as 1.2G) or a
+    speedup over the dense model measured on this machine (``"speedup"``, a factor such as 1.5)."""
 
     kind: str
-    value: float
+    value: Any
+
+    @classmethod
+    def macs(cls, target: Any) -> Target:
+        """A MAC target: ``target`` as :meth:`~vitprune.measure.MacTarget.parse` reads it."""
+        return cls("macs", MacTarget.parse(target))
 
     @property
     def label(self) -> str:
-        """Its name in paths, tables and the report's keys: ``macs-0.6``, ``speedup-1.5``."""
-        return f"{self.kind}-{self.value:g}"
+        """Its name in paths, tables and the report's keys: ``macs-0.6``, ``macs-1200000000``, ``speedup-1.5``."""
+        return f"macs-{self.value.to_json()}" if self.kind == "macs" else f"speedup-{self.value:g}"
 
     @classmethod
     def parse(cls, label: str) -> Target:
         """The target a :attr:`label` names."""
         kind, value = label.split("-", 1)
-        return cls(kind, float(value))
+        return cls.macs(float(value)) if kind == "macs" else cls(kind, float(value))
 
     def describe(self) -> str:
-        """As a heading says it: ``60% of the MACs``, ``1.5× measured speedup``."""
-        return f"{self.value:.0%} of the MACs" if self.kind == "macs" else f"{self.value:g}× measured speedup"
+        """As a heading says it: ``60% of the MACs``, ``1.2G MACs``, ``1.5× measured speedup``."""
+        if self.kind == "speedup":
+            return f"{self.value:g}× measured speedup"
+        return f"{self.value.value:.0%} of the MACs" if self.value.share else f"{self.value} MACs"
 
 
 @dataclass

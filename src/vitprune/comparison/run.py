@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -25,115 +24,93 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from vitprune.atomic import read_json, write_json
 from vitprune.comparison.arms import PLANNED, UNREACHABLE, Arm, arm_names, check_arms, left_out, plan_arm
-from vitprune.comparison.budget import CompareBudget, get_budget
+from vitprune.comparison.budget import CompareBudget
+from vitprune.comparison.config import CompareConfig, check_targets
 from vitprune.comparison.page import duration, write_page
 from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
-from vitprune.data import balanced_subset, build_loader
+from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
+from vitprune.measure import count_macs
 from vitprune.measure.paired import pack_correct, paired_difference, top1_interval, unpack_correct
-from vitprune.methods.chain import parse_chain, run_chain
-from vitprune.methods.stages import prepare_run_dir
+from vitprune.measure.target import MacTarget, goal
 from vitprune.recipe import RUN_MODEL_DIR, load
+from vitprune.runs.chain import run_chain
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.stages import prepare_run_dir
+from vitprune.runs.steps import parse_chain
 from vitprune.training import evaluate
+from vitprune.training.distributed import on_main
 from vitprune.training.engine import class_logits
-from vitprune.training.distributed import DistContext, on_main
 
 PLAN_FILE, ARMS_DIR, ARM_FILE, CONTROL = "compare.json", "arms", "arm.json", "dense"
 #: An arm's MACs count as on target within this share of it.
 MATCH = 0.01
 
 
-def compare(model: nn.Module, train_set: Dataset, val_set: Dataset, target: float | list[float] | None = None, *,
-            speedup: float | list[float] | None = None, run_dir: str | Path, calibration_set: Dataset | None = None,
-            budget: str | CompareBudget = "quick", epochs: int | None = None, arms: list[str] | None = None,
-            seed: int = 0, name: str = "MODEL", data: str = "DATA", device: torch.device | str | None = None,
-            progress: bool = False, log: Callable[[str], None] = lambda _m: None, resume: bool = False,
-            speed: SpeedConfig = SpeedConfig(), dist: DistContext | None = None) -> CompareReport:
-    """Run every arm at each target and the dense control; returns the report (also written to ``run_dir``:
+@method_run
+def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunContext) -> CompareReport:
+    """Run every arm at each target and the dense control; returns the report (also written to ``ctx.run_dir``:
     report.json, report.md, pareto.png).
 
-    ``target`` is a share of ``model``'s full-convention MACs (or several); ``speedup`` a speedup over ``model``
-    measured here as ``speed`` says (or several), which each arm reaches by probing MAC shares
-    (:data:`PROBES` at most) until the target lies within the measured speedup's quartiles. ``budget`` is one of
-    :data:`~vitprune.comparison.budget.BUDGETS` (``epochs`` changes its recovery's length) or a
-    :class:`~vitprune.comparison.budget.CompareBudget`. ``arms`` names the arms to run (default: every one,
-    :func:`~vitprune.comparison.arms.arm_names`). ``calibration_set`` (default ``train_set``) is the training
-    images under the evaluation transform, for the statistics and rankings. ``name`` and ``data`` go into the
-    commands that reproduce an arm. Under torchrun (``dist``) every arm runs as its chain does.
+    ``config.target_macs`` are MAC targets in the full convention (a share of ``model``'s MACs or a count per image;
+    run largest first); ``config.speedup`` speedups over ``model`` measured here as ``ctx.speed`` says, which each arm
+    reaches by probing MAC shares (:data:`PROBES` at most) until the target lies within the measured speedup's
+    quartiles. Every arm (:func:`~vitprune.comparison.arms.arm_names`, or ``config.arms``) is a chain run with the
+    comparison's seed and training subset, so the chain file it leaves reproduces it with ``vitprune chain``.
+    ``data.calibration`` (default ``data.train``) is the training images under the evaluation transform, for the
+    statistics and rankings. Under torchrun (``ctx.dist``) every arm runs as its chain does.
     """
-    targets = check_targets(target, speedup, speed)
-    budget = budget if isinstance(budget, CompareBudget) else get_budget(budget, epochs=epochs)
-    check_arms(arms)
-    if device is None:
-        device = dist.device if dist is not None else next(model.parameters()).device
+    targets = check_targets(config.target_macs, config.speedup, ctx.speed)
+    budget = config.resolved_budget()
+    check_arms(config.arms)
+    device = ctx.device_for(model)
     model = model.to(device).eval()
-    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=seed)
-    plan = {"targets": [t.label for t in targets], "budget": _budget_dict(budget), "seed": seed, "arms": arms}
-    on_main(lambda: _check_plan(run_dir / PLAN_FILE, plan, resume))
-    start = time.perf_counter()
-
-    train = train_set if budget.train_images is None or budget.train_images >= len(train_set) else \
-        balanced_subset(train_set, budget.train_images, seed=seed)
     dense_count = count_macs(model).totals()
     dense_macs = dense_count["macs_full"]
-    names = [n for n in arm_names() if arms is None or n in arms]
-    runs = 1 + len(names) * len(targets)
-    estimate = _estimate(model, train, budget, runs, device)
-    log(f"up to {runs} runs ({len(targets)} target(s) x {len(names)} arms, and the dense control) on {len(train)} "
-        f"training images; estimated {duration(estimate)} for their recovery and training (searches and a speedup "
-        "target's probes add to it)")
+    for target in targets:  # a target at or above the dense model's MACs is one line, before anything runs
+        if target.kind == "macs":
+            goal(target.value, model, dense_macs)
+    targets = sorted(targets, key=lambda t: (t.kind != "macs", -t.value.of(dense_macs) if t.kind == "macs"
+                                             else t.value))
+    run_dir = prepare_run_dir(ctx.run_dir, ctx.resume, start=model, seed=config.seed)
+    plan = {"targets": [t.label for t in targets], "budget": _budget_dict(budget), "seed": config.seed,
+            "arms": config.arms}
+    on_main(lambda: _check_plan(run_dir / PLAN_FILE, plan, ctx.resume))
+    start = time.perf_counter()
 
-    loader = build_loader(val_set, 64, shuffle=False, seed=0)
+    images = len(data.train) if budget.train_images is None else min(budget.train_images, len(data.train))
+    names = [n for n in arm_names() if config.arms is None or n in config.arms]
+    runs = 1 + len(names) * len(targets)
+    estimate = _estimate(model, images, budget, runs, device)
+    ctx.log(f"up to {runs} runs ({len(targets)} target(s) x {len(names)} arms, and the dense control) on {images} "
+            f"training images; estimated {duration(estimate)} for their recovery and training (searches and a "
+            "speedup target's probes add to it)")
+
+    loader = build_loader(data.val, 64, shuffle=False, seed=0)
     dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
-    runner = _Runner(model=model, train=train, val=val_set, calibration=calibration_set, loader=loader,
-                     device=device, progress=progress, log=log, resume=resume, speed=speed, dist=dist,
-                     dense_macs=dense_macs, budget=budget, seed=seed, total=runs)
+    runner = _Runner(model, data, replace(ctx, device=device), loader=loader, budget=budget, seed=config.seed,
+                     dense_macs=dense_macs, total=runs)
     control_arm = Arm(CONTROL, "dense + the same recovery", PLANNED,
-                      steps=[{"method": "finetune", **budget.recovery_settings(seed)}])
+                      steps=[{"method": "finetune", **budget.recovery_settings(config.seed)}])
     control = runner.run(control_arm, None, None, run_dir / ARMS_DIR / CONTROL)
     results = [runner.arm(name, t, run_dir / ARMS_DIR / t.label / name) for t in targets for name in names]
 
     interval = top1_interval(dense_correct)
     report = CompareReport(
-        model=name, data=data, budget=plan["budget"], targets=plan["targets"],
+        model=config.model, data=config.data, budget=plan["budget"], targets=plan["targets"],
         dense={"top1": 100 * float(dense_correct.mean()), "interval": list(interval), "params": dense_count["params"],
                "macs": dense_macs},
         control=control, arms=results, left_out=left_out(),
-        best={t.label: _best(results, t.label, name, data, run_dir) for t in targets},
+        best={t.label: _best(results, t.label, config.model, config.data, run_dir) for t in targets},
         paired={t.label: _paired(results, control, t.label, runner.scores) for t in targets},
         estimate_seconds=estimate, seconds=_seconds(control, results, time.perf_counter() - start),
         validation_images=len(dense_correct), run_dir=str(run_dir),
-        speed={**asdict(speed), "device": str(device), "dtype": "float32", "threads": torch.get_num_threads()})
+        speed={**asdict(ctx.speed), "device": str(device), "dtype": "float32", "threads": torch.get_num_threads()})
     on_main(lambda: _write(report, run_dir))
     return report
-
-
-def check_targets(target: float | list[float] | None, speedup: float | list[float] | None = None,
-                  speed: SpeedConfig = SpeedConfig()) -> list[Target]:
-    """The targets, MAC shares (largest first) then speedups (smallest first); one line for a share outside (0, 1),
-    a speedup not above 1, none at all, or a speedup target without the speed measurement."""
-    def listed(value: float | list[float] | None) -> list[float]:
-        return [] if value is None else [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
-
-    shares, speedups = sorted(set(listed(target)), reverse=True), sorted(set(listed(speedup)))
-    if not shares and not speedups:
-        raise VitpruneError("give at least one target: --macs (a share of the model's MACs such as 0.6) or --speedup "
-                            "(a measured speedup such as 1.5)")
-    for share in shares:
-        if not 0 < share < 1:
-            raise VitpruneError(f"a MAC target is a share of the model's MACs in (0, 1), such as 0.6; got {share:g}")
-    for factor in speedups:
-        if not factor > 1:
-            raise VitpruneError(f"a speedup target is a factor above 1, such as 1.5; got {factor:g}")
-    speed.validate()
-    if speedups and not speed.enabled:
-        raise VitpruneError("a speedup target is measured: drop --no-speed")
-    return [*(Target("macs", s) for s in shares), *(Target("speedup", f) for f in speedups)]
 
 
 def _budget_dict(budget: CompareBudget) -> dict[str, Any]:
@@ -149,10 +126,11 @@ def _check_plan(path: Path, plan: dict[str, Any], resume: bool) -> None:
     write_json(path, plan)
 
 
-def _estimate(model: nn.Module, train: Dataset, budget: CompareBudget, runs: int, device: torch.device) -> float:
-    """Seconds ``runs`` recoveries take: training steps of ``model`` at the recovery's batch, timed here."""
-    batch = min(budget.recovery.batch_size, len(train))
-    steps = budget.recovery.epochs * math.ceil(len(train) / budget.recovery.batch_size)
+def _estimate(model: nn.Module, images: int, budget: CompareBudget, runs: int, device: torch.device) -> float:
+    """Seconds ``runs`` recoveries on ``images`` training images take: training steps of ``model`` at the recovery's
+    batch, timed here."""
+    batch = min(budget.recovery.batch_size, images)
+    steps = budget.recovery.epochs * math.ceil(images / budget.recovery.batch_size)
     return runs * steps * _step_seconds(model, batch, device)
 
 
@@ -163,8 +141,10 @@ def _step_seconds(model: nn.Module, batch: int, device: torch.device) -> float:
     adapter = get_adapter(model)
     work = copy.deepcopy(model).to(device).train()
     optimizer = torch.optim.AdamW(work.parameters(), lr=1e-6)
-    images = torch.randn(batch, *adapter.input_size, device=device)
-    labels = torch.randint(0, adapter.num_classes, (batch,), device=device)
+    # Drawn from a generator of its own: the arms that follow start from the random state the comparison had.
+    generator = torch.Generator(device).manual_seed(0)
+    images = torch.randn(batch, *adapter.input_size, device=device, generator=generator)
+    labels = torch.randint(0, adapter.num_classes, (batch,), device=device, generator=generator)
     times = []
     for _ in range(4):
         begin = time.perf_counter()
@@ -186,13 +166,11 @@ SHARES = (0.02, 0.98)
 class _Runner:
     """Runs the arms of one comparison (or reads back those a resumed one finished) and keeps their scores."""
 
-    def __init__(self, *, model: nn.Module, train: Dataset, val: Dataset, calibration: Dataset | None, loader: Any,
-                 device: torch.device, progress: bool, log: Callable[[str], None], resume: bool,
-                 speed: SpeedConfig, dist: DistContext | None, dense_macs: int, budget: CompareBudget, seed: int,
-                 total: int):
-        self.model, self.train, self.val, self.calibration, self.loader = model, train, val, calibration, loader
-        self.device, self.progress, self.log, self.resume, self.speed = device, progress, log, resume, speed
-        self.dist, self.dense_macs, self.budget, self.seed, self.total = dist, dense_macs, budget, seed, total
+    def __init__(self, model: nn.Module, data: MethodData, ctx: RunContext, *, loader: Any, budget: CompareBudget,
+                 seed: int, dense_macs: int, total: int):
+        """``ctx``: the comparison's; each arm's chain runs in it with the arm's directory."""
+        self.model, self.data, self.ctx, self.loader, self.log = model, data, ctx, loader, ctx.log
+        self.budget, self.seed, self.dense_macs, self.total = budget, seed, dense_macs, total
         #: Each scored arm's per-image correctness, by run directory (rank 0 alone writes it to the arm's file).
         self.scores: dict[str, np.ndarray] = {}
         self.number = 0
@@ -205,9 +183,8 @@ class _Runner:
         begin = time.perf_counter()
         probes: list[dict[str, Any]] | None = None
         if target.kind == "macs":
-            share = target.value
-            planned = plan_arm(self.model, name, share * self.dense_macs, self.budget, self.seed,
-                               dense_macs=self.dense_macs)
+            share = target.value.of(self.dense_macs) / self.dense_macs
+            planned = plan_arm(self.model, name, target.value, self.budget, self.seed, dense_macs=self.dense_macs)
         else:
             planned, share, probes = self._probe(name, target.value, arm_dir.parent / "probes" / name)
         if planned.status != PLANNED:
@@ -222,7 +199,7 @@ class _Runner:
     def _stored(self, arm_dir: Path) -> ArmResult | None:
         """The arm a resumed comparison finished (not one that stopped on an error: that one runs again, from its
         chain's last finished step)."""
-        if not self.resume or not (arm_dir / ARM_FILE).is_file():
+        if not self.ctx.resume or not (arm_dir / ARM_FILE).is_file():
             return None
         stored = read_json(arm_dir / ARM_FILE)
         result = ArmResult(**stored["result"])
@@ -243,7 +220,7 @@ class _Runner:
         planned at that share (or why it cannot be), the share and the probes."""
         share, probes = min(max(1 / factor, SHARES[0]), SHARES[1]), []
         for number in range(1, PROBES + 1):
-            planned = plan_arm(self.model, name, share * self.dense_macs, self.budget, self.seed,
+            planned = plan_arm(self.model, name, MacTarget.relative(share), self.budget, self.seed,
                                dense_macs=self.dense_macs)
             if planned.status != PLANNED:
                 return planned, share, probes
@@ -252,10 +229,7 @@ class _Runner:
                 else planned.steps
             self.log(f"  {name}: probe {number} at {share:.1%} of the MACs")
             try:
-                chain = run_chain(self.model, self.train, self.val, parse_chain(steps),
-                                  run_dir=probes_dir / f"{number:02d}", calibration_set=self.calibration,
-                                  device=self.device, progress=self.progress, log=self.log, resume=self.resume,
-                                  speed=self.speed, onnx=False, dist=self.dist)
+                chain = self._chain(steps, probes_dir / f"{number:02d}")
             except UnreachableTargetError as exc:
                 return Arm(name, planned.title, UNREACHABLE, reason=str(exc)), share, probes
             timing = chain.speed
@@ -267,8 +241,15 @@ class _Runner:
                 return planned, share, probes
             share = following
         # The probes ran out: the arm runs at the share they point to last.
-        return plan_arm(self.model, name, share * self.dense_macs, self.budget, self.seed,
+        return plan_arm(self.model, name, MacTarget.relative(share), self.budget, self.seed,
                         dense_macs=self.dense_macs), share, probes
+
+    def _chain(self, steps: list[dict[str, Any]], run_dir: Path) -> Any:
+        """``steps`` run as a chain into ``run_dir`` with the comparison's seed and training subset: its
+        ``chain.json`` reproduces the arm alone."""
+        config = parse_chain({"seed": self.seed, "train_images": self.budget.train_images, "steps": steps},
+                             onnx=False)
+        return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir))
 
     def run(self, arm: Arm, target: Target | None, share: float | None, arm_dir: Path,
             probes: list[dict[str, Any]] | None = None, spent: float = 0.0) -> ArmResult:
@@ -285,16 +266,14 @@ class _Runner:
                          share=share, run_dir=str(arm_dir), probes=probes)
         begin = time.perf_counter()
         try:
-            chain = run_chain(self.model, self.train, self.val, parse_chain(arm.steps), run_dir=arm_dir,
-                              calibration_set=self.calibration, device=self.device, progress=self.progress,
-                              log=self.log, resume=self.resume, speed=self.speed, onnx=False, dist=self.dist)
+            chain = self._chain(arm.steps, arm_dir)
         except VitpruneError as exc:
             status = UNREACHABLE if isinstance(exc, UnreachableTargetError) else FAILED
             result = replace(base, status=status, reason=str(exc), seconds=spent + time.perf_counter() - begin)
             on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
             self.log(f"  {arm.name}{where} stopped: {exc}")
             return result
-        final = load(arm_dir / RUN_MODEL_DIR, map_location=self.device).eval()
+        final = load(arm_dir / RUN_MODEL_DIR, map_location=self.ctx.device).eval()
         correct = evaluate(final, self.loader, per_image=True)["correct"].numpy()
         macs, timing = chain.pruned["macs_full"], chain.speed or {}
         result = replace(base, top1=100 * float(correct.mean()), interval=list(top1_interval(correct)),
@@ -378,4 +357,4 @@ def _write(report: CompareReport, run_dir: Path) -> None:
     write_page(report, run_dir)
 
 
-__all__ = ["ARMS_DIR", "ARM_FILE", "CONTROL", "MATCH", "PLAN_FILE", "PROBES", "check_targets", "compare"]
+__all__ = ["ARMS_DIR", "ARM_FILE", "CONTROL", "MATCH", "PLAN_FILE", "PROBES", "compare"]

@@ -2,6 +2,7 @@
 
 from vitprune.lazy import lazy_exports
 from vitprune.measure.config import BUSY_CORES, CONVENTIONS, SpeedConfig, busy_note, format_count
+from vitprune.measure.target import MacTarget
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".context": ("Context", "OtherLoad", "collect_context", "device_name", "watch_other_load"),
@@ -14,6 +15,7 @@ __all__ = [
     "BUSY_CORES",
     "CONVENTIONS",
     "FLOP_COUNTER_REFERENCE",
+    "MacTarget",
     "BlockMacs",
     "Comparison",
     "Context",

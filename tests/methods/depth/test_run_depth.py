@@ -11,6 +11,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.depth import DepthConfig, run_depth
 from vitprune.methods.depth.pipeline import METADATA_KEY
+from vitprune.runs import MethodData, RunContext
 from vitprune.surgery import prune_depth
 
 
@@ -18,8 +19,8 @@ def test_run_depth_saves_what_prune_depth_cuts_and_reports_it(tmp_path):
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=4)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    report = run_depth(model, DepthConfig([3, 1], [2], identity="skip"), out=tmp_path / "d", name="digits-vit",
-                       speed=SpeedConfig(batch_size=2, pairs=3))
+    report = run_depth(model, MethodData(), DepthConfig([3, 1], [2], identity="skip"), RunContext(tmp_path / "d",
+                       name="digits-vit", speed=SpeedConfig(batch_size=2, pairs=3)))
     by_hand = vitprune.create_model("digits-vit", depth=4)
     by_hand.load_state_dict(before)
     prune_depth(by_hand, [3, 1], [2], identity="skip")
@@ -37,12 +38,13 @@ def test_run_depth_saves_what_prune_depth_cuts_and_reports_it(tmp_path):
 
 
 def test_run_depth_without_timing_reports_no_speed(tmp_path):
-    report = run_depth(vitprune.create_model("digits-vit", depth=2), DepthConfig(activation=[0]), out=tmp_path / "d",
-                       speed=SpeedConfig(enabled=False))
+    report = run_depth(vitprune.create_model("digits-vit", depth=2), MethodData(), DepthConfig(activation=[0]),
+                       RunContext(tmp_path / "d", speed=SpeedConfig(enabled=False)))
     assert report.speed is None and report.model is None and report.attention == []
     assert_saved(report, METADATA_KEY)
     with pytest.raises(VitpruneError, match="attention index 5 is out of range"):
-        run_depth(vitprune.create_model("digits-vit", depth=2), DepthConfig([5]), out=tmp_path / "e")
+        run_depth(vitprune.create_model("digits-vit", depth=2), MethodData(), DepthConfig([5]),
+                  RunContext(tmp_path / "e"))
     assert not (tmp_path / "e").exists()
 
 
@@ -52,5 +54,5 @@ def test_run_depth_without_timing_reports_no_speed(tmp_path):
 ], ids=["nothing", "identity"])
 def test_run_depth_refuses_a_config_before_any_work(tmp_path, config, message):
     with pytest.raises(VitpruneError, match=message):
-        run_depth(vitprune.create_model("digits-vit", depth=2), config, out=tmp_path / "e")
+        run_depth(vitprune.create_model("digits-vit", depth=2), MethodData(), config, RunContext(tmp_path / "e"))
     assert not (tmp_path / "e").exists()

@@ -16,9 +16,11 @@ import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
 from vitprune.methods.hetdpt import LAYER_TYPES, collect, pipeline, transfer_entropy
+from vitprune.methods.hetdpt import HetDPTRun
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.pipeline import HetDPTConfig
-from vitprune.methods.stages import calibration_loader
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import calibration_loader
 from vitprune.training import TrainConfig
 from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
@@ -67,8 +69,8 @@ def _main(out: Path) -> None:
 
     collect.calibration_loader = pipeline.calibration_loader = spy
     run_dir = out / f"run{ctx.rank}"
-    report = pipeline.run_hetdpt(model, train, val, budget=2, run_dir=run_dir, config=HETDPT,
-                                 calibration_set=calibration, speed=SPEED, dist=ctx)
+    report = pipeline.run_hetdpt(model, MethodData(train, val, calibration), HetDPTRun(2, config=HETDPT),
+                                 RunContext(run_dir, speed=SPEED, dist=ctx))
     # Rank 0 created its own directory for both (prepare_run_dir): rank 1's does not even exist.
     result["written"] = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else None
     if ctx.is_main:  # the resumed run below saves over it
@@ -79,8 +81,8 @@ def _main(out: Path) -> None:
 
     # Rank 1's directory holds nothing: resuming there works only if rank 0 reads the stages and sends them on.
     pipeline.collect_predictor_data = pipeline.select_layers = pipeline.transfer_entropy = disabled
-    resumed = pipeline.run_hetdpt(model, train, val, budget=2, run_dir=run_dir, config=replace(HETDPT, finetune=None),
-                                  calibration_set=calibration, speed=SPEED, dist=ctx, resume=True)
+    resumed = pipeline.run_hetdpt(model, MethodData(train, val, calibration), HetDPTRun(2, config=replace(HETDPT,
+                                  finetune=None)), RunContext(run_dir, speed=SPEED, dist=ctx, resume=True))
     result.update(report=report.to_dict(), resumed=resumed.to_dict(), shares=shares)
     torch.save(result, out / f"rank{ctx.rank}.pt")
     exit_distributed()

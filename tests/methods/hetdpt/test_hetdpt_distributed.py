@@ -10,12 +10,14 @@ import torch
 from _hetdpt_dist_worker import HETDPT, SPEED, setting, statistics
 from conftest import max_diff, run_torchrun
 
-from vitprune.methods.stages import START_FILE
 import vitprune
+from vitprune.methods.hetdpt import HetDPTRun
 from vitprune.methods.hetdpt.pipeline import (
     FINETUNE_DIR, MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SEARCH_DIR, SELECTION_FILE,
     run_hetdpt,
 )
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import START_FILE
 
 
 @pytest.mark.slow
@@ -24,8 +26,8 @@ def test_two_processes_shard_the_statistics_and_training_and_reach_one_process_r
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     model, calibration, train, val = setting()
     single = statistics(model, calibration, None)
-    report = run_hetdpt(model, train, val, budget=2, run_dir=tmp_path / "single", config=HETDPT,
-                        calibration_set=calibration, speed=SPEED).to_dict()
+    report = run_hetdpt(model, MethodData(train, val, calibration), HetDPTRun(2, config=HETDPT),
+                        RunContext(tmp_path / "single", speed=SPEED)).to_dict()
     # The search moved the scores: a step that changed nothing would pass the comparisons trivially.
     assert max(abs(v) for scores in single["importance"].values() for v in scores.values()) > 1e-4
     for rank in ranks:

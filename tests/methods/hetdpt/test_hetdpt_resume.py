@@ -16,10 +16,12 @@ import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig
+from vitprune.methods.hetdpt import HetDPTRun
 from vitprune.methods.hetdpt.importance import select_layers
 from vitprune.methods.hetdpt.pipeline import (
     FINETUNE_DIR, MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, REPORT_FILE, SEARCH_DIR, SELECTION_FILE, preset, run_hetdpt,
 )
+from vitprune.runs import MethodData, RunContext
 from vitprune.training import TrainConfig
 from vitprune.training.engine import CHECKPOINT_DIR
 
@@ -43,8 +45,8 @@ def setting():
 
 def _run(setting, run_dir, *, resume: bool = False) -> None:
     model, train, val, calibration, config = setting
-    run_hetdpt(model, train, val, budget=2, run_dir=run_dir, config=config, calibration_set=calibration,
-               speed=SpeedConfig(enabled=False), resume=resume)
+    run_hetdpt(model, MethodData(train, val, calibration), HetDPTRun(2, config=config), RunContext(run_dir,
+               speed=SpeedConfig(enabled=False), resume=resume))
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,10 @@ import vitprune
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
+from vitprune.methods.hetdpt.config import MergeConfig
 from vitprune.methods.hetdpt.merge import METADATA_KEY, run_merge
 from vitprune.recipe import read_document
+from vitprune.runs import MethodData, RunContext
 from vitprune.surgery import prune_depth
 
 NO_SPEED = SpeedConfig(enabled=False)
@@ -36,7 +38,8 @@ def test_merging_a_saved_unmerged_model_is_exact(small_model_spec, tmp_path):
             p.add_(0.05 * torch.randn_like(p))
     vitprune.save(model, tmp_path / "unmerged")
     unmerged = vitprune.load(tmp_path / "unmerged")
-    report = run_merge(unmerged, out=tmp_path / "merged", name="unmerged", speed=NO_SPEED)
+    report = run_merge(unmerged, MethodData(), MergeConfig(), RunContext(tmp_path / "merged", name="unmerged",
+                       speed=NO_SPEED))
 
     merged = vitprune.load(tmp_path / "merged")
     x = torch.randn(3, *get_adapter(model).input_size, generator=torch.Generator().manual_seed(1))
@@ -57,8 +60,8 @@ def test_nothing_to_merge_is_one_clear_error(tmp_path):
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=2)
     with pytest.raises(VitpruneError, match="digits-vit has no fc1·fc2 pair kept apart to merge"):
-        run_merge(model, out=tmp_path / "a", name="digits-vit", speed=NO_SPEED)
+        run_merge(model, MethodData(), MergeConfig(), RunContext(tmp_path / "a", name="digits-vit", speed=NO_SPEED))
     prune_depth(model, [], [0])  # removed and merged at once: nothing left apart
     with pytest.raises(VitpruneError, match="no fc1·fc2 pair kept apart"):
-        run_merge(model, out=tmp_path / "b", speed=NO_SPEED)
+        run_merge(model, MethodData(), MergeConfig(), RunContext(tmp_path / "b", speed=NO_SPEED))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

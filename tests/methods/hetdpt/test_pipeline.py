@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import functools
+import copy
 import json
 from dataclasses import replace
 
 import pytest
 import torch
+from conftest import quick_context
 from reports import assert_written
 from torch.utils.data import Dataset
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset, build_loader
-from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.hetdpt import transfer_entropy
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import MacTarget, SpeedConfig, count_macs, format_count
+from vitprune.methods.hetdpt import HetDPTRun, transfer_entropy
+from vitprune.methods.hetdpt.config import MergeConfig
 from vitprune.methods.hetdpt.importance import shortlist_size
 from vitprune.methods.hetdpt.merge import run_merge
 from vitprune.methods.hetdpt.pipeline import (
-    MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, HetDPTConfig, configure,
-    parse_split, preset, run_hetdpt,
+    MODEL_DIR, POINTS_FILE, PREDICTOR_FILE, PREDICTOR_PLOT, REPORT_FILE, SELECTION_FILE, HetDPTConfig, budget_for_macs,
+    configure, parse_split, preset, run_hetdpt,
 )
+from vitprune.runs import MethodData
+from vitprune.surgery import prune_depth
 from vitprune.training import TrainConfig, evaluate
-
-#: The timing is not what these tests check; a short one keeps them fast.
-run_hetdpt = functools.partial(run_hetdpt, speed=SpeedConfig(batch_size=4, pairs=3))
 
 TINY = TrainConfig(epochs=1, lr=5e-4, batch_size=64)
 
@@ -45,7 +46,7 @@ def setting():
 def test_full_pipeline_on_a_small_model(setting, tmp_path):
     model, train, val, config = setting
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    report = run_hetdpt(model, train, val, budget=3, run_dir=tmp_path, config=config)
+    report = run_hetdpt(model, MethodData(train, val), HetDPTRun(3, config=config), quick_context(tmp_path))
     split = report.split
     assert split["chosen_by"] == "predictor" and split["attention"] + split["activation"] == 3
     assert (len(report.attention), len(report.activation)) == (split["attention"], split["activation"])
@@ -76,13 +77,15 @@ def test_full_pipeline_on_a_small_model(setting, tmp_path):
 @pytest.mark.slow
 def test_fixed_split_and_resume_reuse_finished_stages(setting, tmp_path):
     model, train, val, config = setting
-    first = run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config)
+    first = run_hetdpt(model, MethodData(train, val), HetDPTRun(2, split=(1, 1), config=config),
+                       quick_context(tmp_path))
     assert first.predictor is None and first.split["chosen_by"] == "user"
     assert not (tmp_path / POINTS_FILE).exists()
     weights = vitprune.load(tmp_path / MODEL_DIR).state_dict()
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
-        run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config)
-    again = run_hetdpt(model, train, val, budget=2, split=(1, 1), run_dir=tmp_path, config=config, resume=True)
+        run_hetdpt(model, MethodData(train, val), HetDPTRun(2, split=(1, 1), config=config), quick_context(tmp_path))
+    again = run_hetdpt(model, MethodData(train, val), HetDPTRun(2, split=(1, 1), config=config), quick_context(tmp_path,
+                       resume=True))
     assert (again.attention, again.activation) == (first.attention, first.activation)
     assert again.top1 == first.top1  # nothing retrained: the best epoch is read back from the fine-tune's log
     reloaded = vitprune.load(tmp_path / MODEL_DIR).state_dict()
@@ -92,9 +95,9 @@ def test_fixed_split_and_resume_reuse_finished_stages(setting, tmp_path):
 @pytest.mark.slow
 def test_a_saved_predictor_serves_another_budget(setting, tmp_path):
     model, train, val, config = setting
-    run_hetdpt(model, train, val, budget=3, run_dir=tmp_path / "a", config=config)
-    report = run_hetdpt(model, train, val, budget=2, run_dir=tmp_path / "b", config=config,
-                        predictor=tmp_path / "a" / PREDICTOR_FILE)
+    run_hetdpt(model, MethodData(train, val), HetDPTRun(3, config=config), quick_context(tmp_path / "a"))
+    report = run_hetdpt(model, MethodData(train, val), HetDPTRun(2, config=config,
+                        predictor=tmp_path / "a" / PREDICTOR_FILE), quick_context(tmp_path / "b"))
     assert not (tmp_path / "b" / POINTS_FILE).exists()
     assert report.predictor["fit"] == json.loads((tmp_path / "a" / PREDICTOR_FILE).read_text())
     assert report.split["attention"] + report.split["activation"] == 2
@@ -113,7 +116,7 @@ def test_bad_input_is_one_clear_error(setting, tmp_path, kwargs, message):
     if "distill" in kwargs:
         config = replace(config, distill=kwargs.pop("distill"))
     with pytest.raises(VitpruneError, match=message):
-        run_hetdpt(model, train, val, run_dir=tmp_path / "run", config=config, **kwargs)
+        run_hetdpt(model, MethodData(train, val), HetDPTRun(config=config, **kwargs), quick_context(tmp_path / "run"))
 
 
 def test_split_and_configure_parse_the_command_line():
@@ -177,8 +180,8 @@ def calibrated(setting, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("calibrated")
     # Few images, for few steps: what is checked is which images TE saw.
     train, val = _Blanked(balanced_subset(plain, 128, seed=1)), balanced_subset(val, 64, seed=0)
-    report = run_hetdpt(model, train, val, budget=3, run_dir=run_dir, config=config, calibration_set=plain,
-                        speed=SpeedConfig(enabled=False))
+    report = run_hetdpt(model, MethodData(train, val, plain), HetDPTRun(3, config=config), quick_context(run_dir,
+                        speed=SpeedConfig(enabled=False)))
     return model, plain, config, run_dir, report
 
 
@@ -208,5 +211,29 @@ def test_without_merge_the_saved_model_keeps_fc1_and_fc2_apart(calibrated, tmp_p
     assert "merge_mlp" not in [e.op for e in vitprune.get_recipe(pruned).edits]
     both = sorted(set(report.attention) & set(report.activation))
     assert [v.index for v in views if isinstance(v.act, torch.nn.GELU)] == both  # output_gelu
-    merged = run_merge(pruned, out=tmp_path / "merged", speed=SpeedConfig(enabled=False))
+    merged = run_merge(pruned, MethodData(), MergeConfig(), quick_context(tmp_path / "merged",
+                       speed=SpeedConfig(enabled=False)))
     assert merged.merged_blocks == report.activation and merged.max_abs_difference <= 1e-5
+
+
+def test_budget_for_macs_counts_the_whole_layers_that_stay_above_a_target():
+    """As many of the costliest removals as keep the model above the target (a later step trims to it), the edges
+    as every rate search has them: at or above the model, one error; below any single removal, unreachable, saying
+    what the smallest one leaves."""
+    model = vitprune.create_model("digits-vit", depth=4)
+    base = count_macs(model).macs
+    savings = []
+    for kind in ("attention", "activation"):
+        for block in range(4):
+            trial = copy.deepcopy(model)
+            prune_depth(trial, **{kind: [block]})
+            savings.append(base - count_macs(trial).macs)
+    most, least = max(savings), min(savings)
+    assert budget_for_macs(model, MacTarget.absolute(base - 2.5 * most)) == 2
+    assert budget_for_macs(model, MacTarget.absolute(base - 2 * most)) == 1  # two would land on it, not above
+    assert budget_for_macs(model, MacTarget.absolute(1000)) == 8  # every layer, and a trim goes on from there
+    with pytest.raises(VitpruneError, match="is not below the model's"):
+        budget_for_macs(model, MacTarget.absolute(base))
+    with pytest.raises(UnreachableTargetError, match=f"HetDPT removes whole layers, and none fits above .*; the "
+                                                     f"smallest removal leaves {format_count(base - least)}"):
+        budget_for_macs(model, MacTarget.absolute(base - 0.5 * least))

@@ -14,6 +14,8 @@ import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
 from vitprune.methods.hiap import HiAPConfig, run_hiap
+from vitprune.methods.hiap import HiAPRun
+from vitprune.runs import MethodData, RunContext
 from vitprune.training import TrainConfig
 from vitprune.training.distributed import exit_distributed, init_distributed
 
@@ -39,11 +41,11 @@ def _main(out: Path) -> None:
     ctx = init_distributed("cpu")
     model, train, val = setting()
     run_dir = out / f"run{ctx.rank}"
-    report = run_hiap(model, train, val, run_dir=run_dir, train=TRAIN, config=HIAP, speed=SPEED, dist=ctx)
+    report = run_hiap(model, MethodData(train, val), HiAPRun(TRAIN, HIAP), RunContext(run_dir, speed=SPEED, dist=ctx))
     # Rank 0 created its own directory for both (prepare_run_dir): rank 1's does not even exist.
     written = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else None
-    resumed = run_hiap(model, train, val, run_dir=out / "run0", train=TRAIN, config=HIAP, speed=SPEED, dist=ctx,
-                       resume=True)
+    resumed = run_hiap(model, MethodData(train, val), HiAPRun(TRAIN, HIAP), RunContext(out / "run0", speed=SPEED,
+                       dist=ctx, resume=True))
     torch.save({"report": report.to_dict(), "resumed": resumed.to_dict(), "written": written},
                out / f"rank{ctx.rank}.pt")
     exit_distributed()

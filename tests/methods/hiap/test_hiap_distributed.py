@@ -11,9 +11,11 @@ from _hiap_dist_worker import HIAP, SPEED, TRAIN, setting
 from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
-from vitprune.methods.stages import START_FILE
 import vitprune
+from vitprune.methods.hiap import HiAPRun
 from vitprune.methods.hiap.pipeline import GATES_FILE, MODEL_DIR, PLOT_FILE, REPORT_FILE, SEARCH_DIR, run_hiap
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import START_FILE
 
 
 @pytest.mark.slow
@@ -21,7 +23,8 @@ def test_two_processes_train_and_extract_what_one_process_does_and_rank_0_writes
     run_torchrun(Path(__file__).with_name("_hiap_dist_worker.py"), str(tmp_path), timeout=300)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     model, train, val = setting()
-    single = run_hiap(model, train, val, run_dir=tmp_path / "single", train=TRAIN, config=HIAP, speed=SPEED).to_dict()
+    single = run_hiap(model, MethodData(train, val), HiAPRun(TRAIN, HIAP),
+                      RunContext(tmp_path / "single", speed=SPEED)).to_dict()
     gates = {d: load_file(str(tmp_path / d / GATES_FILE)) for d in ("single", "run0")}
     # The gates moved in two steps (closing heads that extraction cut out), and the two processes moved them (and the
     # weights) as one process does.

@@ -13,11 +13,13 @@ from safetensors.torch import load_file
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
-from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import SpeedConfig, count_macs, format_count
 from vitprune.methods.hiap import HiAPConfig, HiAPGates, budget_threshold, dense_cost, layer_shapes, train_gates
 from vitprune.methods.hiap import pipeline as hiap_pipeline
+from vitprune.methods.hiap import HiAPRun
 from vitprune.methods.hiap.search import GATES_ATTR, HiAPTraining, gate_learning_rate, hardened_macs
+from vitprune.runs import MethodData, RunContext
 from vitprune.training import TrainConfig
 from vitprune.training.engine import CHECKPOINT_DIR, STATE_FILE
 
@@ -155,19 +157,20 @@ def test_budget_threshold_is_nearest_zero_within_the_band(setting):
 
 def test_a_target_out_of_reach_is_one_line(setting):
     model, train, _ = setting
-    total = count_macs(model).macs
-    for target in (total * 1.01, _fixed(model) * 0.5):
-        with pytest.raises(VitpruneError, match="must lie between what HiAP cannot prune"):
-            train_gates(copy.deepcopy(model), train, HiAPConfig(target_macs=target), TRAIN)
+    total, fixed = count_macs(model).macs, _fixed(model)
+    with pytest.raises(VitpruneError, match="is not below the model's .* there is nothing to prune"):
+        train_gates(copy.deepcopy(model), train, HiAPConfig(target_macs=total * 1.01), TRAIN)
+    with pytest.raises(UnreachableTargetError, match=f"HiAP cannot reach .*; the nearest it reaches is above what it "
+                                                     f"cannot prune, {format_count(fixed)}"):
+        train_gates(copy.deepcopy(model), train, HiAPConfig(target_macs=fixed * 0.5), TRAIN)
     with pytest.raises(VitpruneError, match="without EMA"):
         train_gates(copy.deepcopy(model), train, HiAPConfig(), TrainConfig(epochs=1, lr=1e-3, ema_decay=0.9))
 
 
 def test_pipeline_extracts_what_the_gates_decided(setting, tmp_path):
     model, train, val = setting
-    report = hiap_pipeline.run_hiap(model, train, val, run_dir=tmp_path, train=TRAIN,
-                                    config=HiAPConfig(lambda_macro=3.0, lambda_micro=3.0),
-                                    speed=SpeedConfig(batch_size=2, pairs=3))
+    report = hiap_pipeline.run_hiap(model, MethodData(train, val), HiAPRun(TRAIN, HiAPConfig(lambda_macro=3.0,
+                                    lambda_micro=3.0)), RunContext(tmp_path, speed=SpeedConfig(batch_size=2, pairs=3)))
     loaded = vitprune.load(tmp_path / hiap_pipeline.MODEL_DIR)
     assert count_macs(loaded).macs == report.pruned["macs_full"] == report.macs_predicted
     assert report.threshold == 0.0 and report.target_macs is None
@@ -180,7 +183,7 @@ def test_pipeline_extracts_what_the_gates_decided(setting, tmp_path):
     assert (tmp_path / hiap_pipeline.PLOT_FILE).stat().st_size > 0
     assert_written(report, tmp_path / hiap_pipeline.REPORT_FILE)
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
-        hiap_pipeline.run_hiap(model, train, val, run_dir=tmp_path, train=TRAIN)
+        hiap_pipeline.run_hiap(model, MethodData(train, val), HiAPRun(TRAIN), RunContext(tmp_path))
 
 
 @pytest.mark.parametrize("stop", [4, 5], ids=["inside-step-4", "inside-step-5"])

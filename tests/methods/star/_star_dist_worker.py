@@ -13,12 +13,12 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
-from vitprune.methods.base import MethodData, RunContext
-from vitprune.methods.stages import calibration_loader
 from vitprune.methods.star import pipeline
 from vitprune.methods.star.lrp import inter_layer_scores
 from vitprune.methods.star.pipeline import STARConfig
 from vitprune.methods.star.schedule import average_cosine_similarity
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import calibration_loader
 from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
 #: 23 ACS images split 12 + 11 over two ranks; 7 LRP images 4 + 3, in batches of 3 (a partial batch on each rank).

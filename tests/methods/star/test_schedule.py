@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import tracked
 
-from vitprune.errors import VitpruneError
-from vitprune.measure import count_macs
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import MacTarget, count_macs, format_count
 from vitprune.methods.star import apply_keep_rates, average_cosine_similarity, keep_rates, rho_for_macs
 from vitprune.surgery import prune_tokens
 
@@ -62,7 +62,7 @@ def test_rho_for_macs_meets_the_budget_tightly():
     acs = [0.1 + 0.05 * math.sqrt(i) for i in range(12)]
     dense = count_macs(model).macs
     target = 0.6 * dense
-    rho = rho_for_macs(model, acs, target, tol=1e-3)
+    rho = rho_for_macs(model, acs, MacTarget.relative(0.6), tol=1e-3)
 
     def cost(r):
         pruned = _model()
@@ -70,9 +70,11 @@ def test_rho_for_macs_meets_the_budget_tightly():
         return count_macs(pruned).macs
 
     assert cost(rho) <= target < cost(rho + 2e-3)
-    assert rho_for_macs(model, acs, dense) == 1.0
-    with pytest.raises(VitpruneError, match="no keep-rate schedule reaches"):
-        rho_for_macs(model, acs, 0.05 * dense)
+    with pytest.raises(VitpruneError, match="is not below the model's .* there is nothing to prune"):
+        rho_for_macs(model, acs, MacTarget.absolute(dense))
+    with pytest.raises(UnreachableTargetError, match=rf"STAR's keep-rate schedule cannot reach .*; the nearest it "
+                                                     rf"reaches is {format_count(cost(1e-4))}"):
+        rho_for_macs(model, acs, MacTarget.relative(0.05))
 
 
 # Paper Table 1 dense GFLOPs (MACs), printed to one decimal.

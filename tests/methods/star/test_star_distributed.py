@@ -11,9 +11,9 @@ from conftest import max_diff, run_torchrun
 from safetensors.torch import load_file
 
 from vitprune.atomic import read_json
-from vitprune.methods.base import MethodData, RunContext
-from vitprune.methods.stages import START_FILE
 from vitprune.methods.star.pipeline import ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, run_star
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import START_FILE
 
 
 @pytest.mark.slow

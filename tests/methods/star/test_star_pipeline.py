@@ -15,12 +15,12 @@ import vitprune
 from vitprune.data import build_dataset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.base import MethodData
 from vitprune.methods.star import keep_rates
 from vitprune.methods.star import pipeline as star_pipeline
 from vitprune.methods.star.pipeline import (
     ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, STARConfig, run_star,
 )
+from vitprune.runs import MethodData
 from vitprune.surgery import token_pruning_blocks
 from vitprune.training import TrainConfig, evaluate
 

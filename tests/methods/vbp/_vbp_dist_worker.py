@@ -15,12 +15,12 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig
-from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.depth import DepthConfig, run_depth
-from vitprune.methods.stages import calibration_loader
 from vitprune.methods.vbp import pipeline
 from vitprune.methods.vbp.criteria import neuron_scores
 from vitprune.methods.vbp.pipeline import VBPConfig
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import calibration_loader
 from vitprune.training import TrainConfig
 from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
@@ -99,7 +99,7 @@ def _main(out: Path) -> None:
     pipeline.mlp_statistics = pipeline.neuron_scores = disabled
     resumed = pipeline.run_vbp(model, MethodData(train, val, calibration), replace(VBP, finetune=None),
                                RunContext(run_dir, resume=True, speed=SPEED, dist=ctx))
-    depth = run_depth(model, DEPTH, out=out / f"depth{ctx.rank}", speed=DEPTH_SPEED, dist=ctx)
+    depth = run_depth(model, MethodData(), DEPTH, RunContext(out / f"depth{ctx.rank}", speed=DEPTH_SPEED, dist=ctx))
     result.update(runs=runs, report=report.to_dict(), resumed=resumed.to_dict(), depth=depth.to_dict())
     torch.save(result, out / f"rank{ctx.rank}.pt")
     exit_distributed()

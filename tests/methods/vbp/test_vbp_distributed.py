@@ -9,9 +9,7 @@ import torch
 from _vbp_dist_worker import DEPTH, DEPTH_SPEED, SPEED, VBP, scores, setting, spies
 from conftest import max_diff, run_torchrun
 
-from vitprune.methods.base import MethodData, RunContext
 from vitprune.methods.depth import run_depth
-from vitprune.methods.stages import START_FILE
 from vitprune.methods.vbp import pipeline
 from vitprune.methods.vbp.pipeline import (
     FINETUNE_DIR,
@@ -21,6 +19,8 @@ from vitprune.methods.vbp.pipeline import (
     STATISTICS_FILE,
     load_statistics,
 )
+from vitprune.runs import MethodData, RunContext
+from vitprune.runs.stages import START_FILE
 
 
 def _stats_diff(a: dict, b: dict) -> float:
@@ -80,5 +80,5 @@ def test_two_processes_prune_and_finetune_as_one_and_only_rank_0_writes(tmp_path
     assert _shared(ranks[0]["depth"]) == _shared(ranks[1]["depth"])
     assert ranks[0]["depth"]["speed"]["pairs"] == DEPTH_SPEED.pairs
     assert (tmp_path / "depth0").is_dir() and not (tmp_path / "depth1").exists()
-    alone = run_depth(model, DEPTH, out=tmp_path / "depth", speed=SPEED).to_dict()
+    alone = run_depth(model, MethodData(), DEPTH, RunContext(tmp_path / "depth", speed=SPEED)).to_dict()
     assert {**_shared(ranks[0]["depth"]), "speed": None} == _shared(alone)

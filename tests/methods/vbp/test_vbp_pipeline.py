@@ -13,14 +13,14 @@ from reports import assert_written
 
 import vitprune
 from vitprune.data import balanced_subset, build_dataset, build_loader
-from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.base import MethodData
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import SpeedConfig, count_macs, format_count
 from vitprune.methods.vbp import mlp_statistics, neuron_scores, prune_by_selection, select_count, select_neurons
 from vitprune.methods.vbp import pipeline as vbp_pipeline
 from vitprune.methods.vbp.pipeline import (
     MODEL_DIR, REPORT_FILE, SELECTION_FILE, STATISTICS_FILE, VBPConfig, load_statistics, run_vbp, save_statistics,
 )
+from vitprune.runs import MethodData
 from vitprune.training import TrainConfig, evaluate
 
 
@@ -96,7 +96,11 @@ def test_a_mac_target_removes_the_fewest_neurons_that_reach_it(setting, tmp_path
     x = torch.randn(3, *vitprune.get_adapter(model).input_size)
     with torch.no_grad():
         torch.testing.assert_close(fewer.eval()(x), reference.eval()(x), rtol=0, atol=0)
-    with pytest.raises(VitpruneError, match="no removal of MLP neurons reaches"):
+    all_but_one = copy.deepcopy(model)
+    prune_by_selection(all_but_one, select_count(scores, total - 1))
+    with pytest.raises(UnreachableTargetError, match=rf"VBP's neuron removal cannot reach 1 MACs per image \(full "
+                                                     rf"convention\); the nearest it reaches is "
+                                                     rf"{format_count(count_macs(all_but_one).macs)}"):
         run_vbp(model, MethodData(train, val, calibration), replace(config, ratio=None, target_macs=1.0),
                 quick_context(tmp_path / "far"))
 
@@ -169,7 +173,9 @@ def test_statistics_round_trip_and_a_corrupt_file(tmp_path):
     ({"calibration_images": 1}, "at least 2 images"),
     ({"target_macs": 1e6}, "give exactly one of ratio and target_macs"),
     ({"ratio": None}, "give exactly one of ratio and target_macs"),
-    ({"ratio": None, "target_macs": -1.0}, "the MAC target must be positive"),
+    ({"ratio": None, "target_macs": -1.0}, r"a MAC target is a share of the model's MACs \(0.6 or 60%\) or MACs per "
+                                           r"image with a unit \(850M, 1.2G\); got -1.0"),
+    ({"ratio": None, "target_macs": 1e12}, "is not below the model's .* there is nothing to prune"),
 ])
 def test_bad_settings_fail_before_any_work(setting, tmp_path, change, pattern):
     model, train, val, calibration, config = setting

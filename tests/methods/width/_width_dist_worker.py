@@ -17,9 +17,11 @@ import torch
 import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.chain import Step, run_chain
 from vitprune.methods.width import WidthConfig, run_width, taylor_gradients, taylor_scores
 from vitprune.methods.width.pipeline import _taylor_batches
+from vitprune.runs import ChainConfig, MethodData, RunContext
+from vitprune.runs.chain import run_chain
+from vitprune.runs.steps import Step
 from vitprune.training.distributed import DistContext, exit_distributed, init_distributed
 
 #: 5 taylor batches of 12 images: 3 on rank 0, 2 on rank 1.
@@ -75,14 +77,14 @@ def _main(out: Path) -> None:
     model, calibration, train, val = setting()
     grads = gradients(model, calibration, ctx)
     result = {"gradients": grads, "scores": taylor_scores(model, grads)}
-    result["width"] = run_width(model, width_config(model), out=out / f"width{ctx.rank}", train_set=calibration,
-                                speed=SPEED, dist=ctx).to_dict()
-    chain = run_chain(model, train, val, STEPS, run_dir=out / "chain", calibration_set=calibration, speed=SPEED,
-                      onnx=False, dist=ctx).to_dict()
+    result["width"] = run_width(model, MethodData(calibration=calibration), width_config(model),
+                                RunContext(out / f"width{ctx.rank}", speed=SPEED, dist=ctx)).to_dict()
+    chain = run_chain(model, MethodData(train, val, calibration), ChainConfig(STEPS, onnx=False),
+                      RunContext(out / "chain", speed=SPEED, dist=ctx)).to_dict()
     result["chain"] = chain
     result["chain_weights"] = vitprune.load(out / "chain" / "model").state_dict()
-    result["resumed"] = run_chain(model, train, val, STEPS, run_dir=out / "chain", calibration_set=calibration,
-                                  speed=SPEED, onnx=False, dist=ctx, resume=True).to_dict()
+    result["resumed"] = run_chain(model, MethodData(train, val, calibration), ChainConfig(STEPS, onnx=False),
+                                  RunContext(out / "chain", speed=SPEED, dist=ctx, resume=True)).to_dict()
     result["written"] = written
     torch.save(result, out / f"rank{ctx.rank}.pt")
     exit_distributed()

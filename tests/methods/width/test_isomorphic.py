@@ -11,8 +11,8 @@ import torch
 from conftest import SWIN_TINY, build, tracked
 
 import vitprune
-from vitprune.errors import UnsupportedArchitectureError, VitpruneError
-from vitprune.measure import count_macs, flop_counter_macs
+from vitprune.errors import UnreachableTargetError, UnsupportedArchitectureError, VitpruneError
+from vitprune.measure import MacTarget, count_macs, flop_counter_macs, format_count
 from vitprune.methods.width import WidthConfig, apply_width, plan_width, prune_width, prune_width_to_macs
 from vitprune.methods.width.isomorphic import NoHeadLeftError
 from vitprune.surgery import prune_attention_dims, prune_depth, prune_tokens
@@ -107,11 +107,12 @@ def test_a_ratio_that_empties_a_block_of_heads_is_refused_and_the_bisection_stay
                                               r"blocks.1, blocks.2; lower the ratio or heads"):
         plan_width(model, 0.9)
     dense = count_macs(model, convention="linear").macs
-    prune_width_to_macs(model, 0.3 * dense, convention="linear", steps=4)
+    prune_width_to_macs(model, MacTarget.relative(0.3, convention="linear"), steps=4)
     assert count_macs(model, convention="linear").macs <= 0.3 * dense
     assert all(v.attn.num_heads >= 1 for v in vitprune.get_adapter(model).blocks())
-    with pytest.raises(VitpruneError, match="every width ratio that reaches it removes every head of some block"):
-        prune_width_to_macs(_model(), 0.02 * dense, convention="linear", steps=4)
+    with pytest.raises(UnreachableTargetError, match="every width ratio that reaches it removes every head of some "
+                                                     "block"):
+        prune_width_to_macs(_model(), MacTarget.relative(0.02, convention="linear"), steps=4)
 
 
 @pytest.mark.parametrize("attention", [{"heads": 1.0, "head_dims": 0.0}, HEAD_DIMS, JOINT],
@@ -194,14 +195,17 @@ def test_taylor_importance_uses_the_batches():
 def test_a_mac_target_is_met_from_below():
     model = _model()
     dense = count_macs(model, convention="linear").macs
-    ratio, plan = prune_width_to_macs(model, 0.5 * dense, convention="linear", steps=8)
+    ratio, plan = prune_width_to_macs(model, MacTarget.relative(0.5, convention="linear"), steps=8)
     reached = count_macs(model, convention="linear").macs
     assert 0.45 * dense < reached <= 0.5 * dense and 0 < ratio < 0.95
     assert vitprune.get_recipe(model).edits[-1].op == "prune_embed_dims" and plan.embed is not None
-    with pytest.raises(VitpruneError, match="is not below the model's"):
-        prune_width_to_macs(model, reached, convention="linear")
-    with pytest.raises(VitpruneError, match="is out of reach: width ratio 0.95 still costs"):
-        prune_width_to_macs(model, 1000, **HEAD_DIMS)
+    with pytest.raises(VitpruneError, match="is not below the model's .* there is nothing to prune"):
+        prune_width_to_macs(model, MacTarget.absolute(reached, convention="linear"))
+    floor = copy.deepcopy(model)
+    prune_width(floor, 0.95, **HEAD_DIMS)
+    with pytest.raises(UnreachableTargetError, match=f"width pruning cannot reach 1K MACs per image .*; the nearest it "
+                                                     f"reaches is {format_count(count_macs(floor).macs)}"):
+        prune_width_to_macs(model, MacTarget.absolute(1000), **HEAD_DIMS)
 
 
 def _widths(model):

@@ -15,6 +15,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.width import WidthConfig, plan_width, prune_width, run_width
 from vitprune.methods.width.pipeline import METADATA_KEY
+from vitprune.runs import MethodData, RunContext
 
 pytest.importorskip("torch_pruning")
 
@@ -28,8 +29,8 @@ def model():
 
 
 def test_run_width_at_a_ratio_saves_what_prune_width_cuts(model, tmp_path):
-    report = run_width(model, WidthConfig(ratio=0.25, round_to=2), out=tmp_path / "w", name="digits-vit",
-                       speed=SpeedConfig(batch_size=2, pairs=3))
+    report = run_width(model, MethodData(), WidthConfig(ratio=0.25, round_to=2), RunContext(tmp_path / "w",
+                       name="digits-vit", speed=SpeedConfig(batch_size=2, pairs=3)))
     by_hand = copy.deepcopy(model)
     plan = prune_width(by_hand, 0.25, round_to=2)
     loaded = vitprune.load(tmp_path / "w")
@@ -50,18 +51,20 @@ def test_run_width_at_a_ratio_saves_what_prune_width_cuts(model, tmp_path):
 def test_run_width_to_a_mac_target_and_with_taylor_importance(model, tmp_path):
     """The target in torch-pruning's own count (the HetDPT+ and Isomorphic Pruning tables' convention)."""
     target = 0.7 * count_macs(model, convention="tp").macs
-    report = run_width(model, WidthConfig(target_macs=target, convention="tp"), out=tmp_path / "w",
-                       speed=NO_SPEED)
+    report = run_width(model, MethodData(), WidthConfig(target_macs=target, convention="tp"),
+                       RunContext(tmp_path / "w", speed=NO_SPEED))
     assert report.after["macs_tp"] <= target and 0 < report.ratio < 0.95
     assert report.after["macs_tp"] == count_macs(vitprune.load(tmp_path / "w"), convention="tp").macs
     assert report.target_gmacs == target / 1e9 and report.speed is None
     assert_saved(report, METADATA_KEY)
     train = balanced_subset(build_dataset("digits", "train", input_size=vitprune.get_adapter(model).input_size), 32,
                             seed=0)
-    taylor = run_width(model, WidthConfig(ratio=0.25, importance="taylor", taylor_batches=2, taylor_batch_size=8),
-                       out=tmp_path / "t", train_set=train, speed=NO_SPEED)
-    assert taylor.options["importance"] == "taylor" and taylor.plan != run_width(
-        model, WidthConfig(ratio=0.25), out=tmp_path / "m", speed=NO_SPEED).plan
+    taylor = run_width(model, MethodData(calibration=train), WidthConfig(ratio=0.25, importance="taylor",
+                       taylor_batches=2, taylor_batch_size=8), RunContext(tmp_path / "t", speed=NO_SPEED))
+    assert taylor.options["importance"] == "taylor" and taylor.plan != run_width(model, MethodData(),
+                                                                                 WidthConfig(ratio=0.25),
+                                                                                 RunContext(tmp_path / "m",
+                                                                                 speed=NO_SPEED)).plan
 
 
 def test_taylor_importance_takes_the_configured_batches(model, tmp_path):
@@ -70,13 +73,13 @@ def test_taylor_importance_takes_the_configured_batches(model, tmp_path):
     train = balanced_subset(build_dataset("digits", "train", input_size=vitprune.get_adapter(model).input_size,
                                           is_training=False), 64, seed=0)
     config = WidthConfig(ratio=0.3, importance="taylor", taylor_batches=3, taylor_batch_size=8)
-    report = run_width(model, config, out=tmp_path / "t", train_set=train, speed=NO_SPEED)
+    report = run_width(model, MethodData(calibration=train), config, RunContext(tmp_path / "t", speed=NO_SPEED))
     assert report.taylor_images == 24
     batches = list(itertools.islice(build_loader(train, 8, shuffle=True, seed=0), 3))
     options = {k: v for k, v in config.plan_options().items() if k != "importance"}
     assert report.plan == plan_width(model, 0.3, importance="taylor", batches=batches, **options).to_dict()
-    more = run_width(model, WidthConfig(ratio=0.3, importance="taylor", taylor_batches=8, taylor_batch_size=8),
-                     out=tmp_path / "more", train_set=train, speed=NO_SPEED)
+    more = run_width(model, MethodData(calibration=train), WidthConfig(ratio=0.3, importance="taylor",
+                     taylor_batches=8, taylor_batch_size=8), RunContext(tmp_path / "more", speed=NO_SPEED))
     assert more.taylor_images == 64 and more.plan != report.plan
 
 
@@ -91,7 +94,7 @@ def test_the_default_taylor_images_are_the_measured_stable_count():
 @pytest.mark.parametrize("kwargs, message", [
     ({}, "give exactly one of ratio and target_macs"),
     ({"ratio": 0.2, "target_macs": 1e6}, "give exactly one of ratio and target_macs"),
-    ({"ratio": 0.2, "importance": "taylor"}, "taylor importance needs a training set"),
+    ({"ratio": 0.2, "importance": "taylor"}, r"taylor importance needs training images \(--data\)"),
     ({"ratio": 1.0}, r"width ratio must be in \[0, 1\), got 1.0"),
     ({"ratio": 0.2, "importance": "random"}, r"unknown importance 'random' \(choose from: magnitude, taylor\)"),
     ({"target_macs": 1e6, "convention": "fvcore"}, r"unknown convention 'fvcore' \(choose from: full, linear, tp\)"),
@@ -102,5 +105,5 @@ def test_the_default_taylor_images_are_the_measured_stable_count():
         "heads"])
 def test_run_width_refuses_before_any_work(model, tmp_path, kwargs, message):
     with pytest.raises(VitpruneError, match=message):
-        run_width(model, WidthConfig(**kwargs), out=tmp_path / "w", speed=NO_SPEED)
+        run_width(model, MethodData(), WidthConfig(**kwargs), RunContext(tmp_path / "w", speed=NO_SPEED))
     assert not (tmp_path / "w").exists()

@@ -10,8 +10,9 @@ from _width_dist_worker import SPEED, STEPS, gradients, setting, width_config
 from conftest import max_diff, run_torchrun
 
 import vitprune
-from vitprune.methods.chain import run_chain
 from vitprune.methods.width import run_width, taylor_scores
+from vitprune.runs import ChainConfig, MethodData, RunContext
+from vitprune.runs.chain import run_chain
 
 pytest.importorskip("torch_pruning")
 
@@ -32,10 +33,10 @@ def test_two_processes_width_prune_and_chain_as_one_and_only_rank_0_writes(tmp_p
     model, calibration, train, val = setting()
     grads = gradients(model, calibration, None)
     scores = taylor_scores(model, grads)
-    width = run_width(model, width_config(model), out=tmp_path / "width", train_set=calibration,
-                      speed=SPEED).to_dict()
-    chain = run_chain(model, train, val, STEPS, run_dir=tmp_path / "chain-single", calibration_set=calibration,
-                      speed=SPEED, onnx=False).to_dict()
+    width = run_width(model, MethodData(calibration=calibration), width_config(model), RunContext(tmp_path / "width",
+                      speed=SPEED)).to_dict()
+    chain = run_chain(model, MethodData(train, val, calibration), ChainConfig(STEPS, onnx=False),
+                      RunContext(tmp_path / "chain-single", speed=SPEED)).to_dict()
     assert width["taylor_images"] == 60
     for rank in ranks:
         # Taylor statistics: each rank's share of the batches, gradients summed over the ranks.

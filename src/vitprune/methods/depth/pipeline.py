@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.depth.config import DepthConfig
-from vitprune.methods.report import Report
-from vitprune.methods.stages import save_and_time
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import Report
+from vitprune.runs.stages import finish_edit, open_model_out
 from vitprune.surgery import prune_depth
-from vitprune.training.distributed import DistContext
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "prune_depth"
@@ -41,22 +38,19 @@ class DepthReport(Report):
     speed: dict[str, Any] | None
 
 
-def run_depth(model: nn.Module, config: DepthConfig, *, out: str | Path, name: str | None = None,
-              speed: SpeedConfig = SpeedConfig(), device: torch.device | str | None = None,
-              progress: bool = False, dist: DistContext | None = None) -> DepthReport:
+@method_run
+def run_depth(model: nn.Module, data: MethodData, config: DepthConfig, ctx: RunContext) -> DepthReport:
     """Remove the attention of blocks ``config.attention`` and the activation of blocks ``config.activation`` from a
-    copy of ``model`` (:func:`~vitprune.surgery.prune_depth`), save it to ``out`` and time it against ``model`` on
-    ``device`` (default: ``dist``'s, else ``model``'s); returns the report (``name``: the starting checkpoint's, for
-    the report). Under torchrun (``dist``) every process prunes its copy, rank 0 alone saves and times, and every
-    process returns the same report."""
+    copy of ``model`` (:func:`~vitprune.surgery.prune_depth`), save it to ``ctx.run_dir`` and time it against
+    ``model``; returns the report (``ctx.name``: the starting checkpoint's, for the report). It reads no data. Under
+    torchrun every process prunes its copy, rank 0 alone saves and times, and every process returns the same
+    report."""
     config.validate()
-    speed.validate()
-    if device is None and dist is not None:
-        device = dist.device
+    ctx.speed.validate()
+    open_model_out(ctx)
     pruned = copy.deepcopy(model)
     prune_depth(pruned, config.attention, config.activation, identity=config.identity, fold_norm=config.fold_norm,
                 output_gelu=config.output_gelu)
-    report = DepthReport(model=name, out=str(out), **{**config.to_dict(), "attention": sorted(config.attention),
-                                                      "activation": sorted(config.activation)},
-                         before=count_macs(model).totals(), after=count_macs(pruned).totals(), speed=None)
-    return save_and_time(report, METADATA_KEY, pruned, model, speed, device=device, progress=progress)
+    return finish_edit(DepthReport, METADATA_KEY, pruned, model, ctx,
+                       **{**config.to_dict(), "attention": sorted(config.attention),
+                          "activation": sorted(config.activation)})

@@ -7,16 +7,15 @@ import copy
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vitprune.methods.report import Report
 from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import Report
 from vitprune.training import finetune_pruned
 from vitprune.training.distributed import on_main
 
 if TYPE_CHECKING:
     from torch import nn
-    from torch.utils.data import Dataset
 
-    from vitprune.methods.base import RunContext
     from vitprune.methods.finetune.config import FinetuneRun
 
 #: Where the fine-tune's checkpoints go in its run directory.
@@ -32,13 +31,14 @@ class FinetuneReport(Report):
     model_dir: str
 
 
-def run_finetune(model: nn.Module, train_set: Dataset, val_set: Dataset, config: FinetuneRun,
-                 ctx: RunContext) -> FinetuneReport:
-    """Fine-tune a copy of ``model`` as ``config`` says, distilling from ``ctx.teacher`` (default ``model``), and
-    save it to ``ctx.run_dir/model``. Under torchrun the fine-tune is data-parallel and rank 0 saves."""
+@method_run
+def run_finetune(model: nn.Module, data: MethodData, config: FinetuneRun, ctx: RunContext) -> FinetuneReport:
+    """Fine-tune a copy of ``model`` on ``data.train`` (validating on ``data.val``) as ``config`` says, distilling
+    from ``ctx.teacher`` (default ``model``), and save it to ``ctx.run_dir/model``. Under torchrun the fine-tune is
+    data-parallel and rank 0 saves."""
     student = copy.deepcopy(model)
     distill = config.distill
-    finetune_pruned(student, train_set, val_set, config.train, teacher=ctx.teacher if ctx.teacher is not None
+    finetune_pruned(student, data.train, data.val, config.train, teacher=ctx.teacher if ctx.teacher is not None
                     else model, distill=distill.distill, alpha=distill.alpha, tau=distill.tau,
                     run_dir=ctx.run_dir / RUN_DIR, device=ctx.device, progress=ctx.progress, resume=ctx.resume,
                     dist=ctx.dist, on_epoch=ctx.on_epoch)

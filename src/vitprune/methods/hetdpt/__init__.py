@@ -1,6 +1,7 @@
 """HetDPT: heterogeneous depth pruning of attention and activation (GELU) layers.
 
-So far the two analyses that motivate the method (paper Figs. 4 and 5): :func:`gradient_disparity`
+The pipeline: :func:`run_hetdpt` with a :class:`HetDPTRun` (the budget, the split and :func:`configure`'s settings).
+The two analyses that motivate the method (paper Figs. 4 and 5): :func:`gradient_disparity`
 and :func:`recovery_asymmetry`, with their figures.
 
 Stage 1, Step 1, the Model Accuracy Predictor: :func:`fit_predictor` fits it to measured
@@ -10,18 +11,20 @@ the layer of least transfer entropy (:func:`transfer_entropy`; :func:`rank_layer
 """
 
 from vitprune.lazy import lazy_exports
-from vitprune.methods.hetdpt.config import INTERLEAVED_ORDERS
+from vitprune.methods.hetdpt.config import INTERLEAVED_ORDERS, HetDPTConfig, HetDPTRun
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".analysis": ("LAYER_TYPES", "gradient_disparity", "recovery_asymmetry"),
     ".collect": ("POINT_ALGORITHMS", "collect_predictor_data"),
     ".entropy": ("feature_entropy", "rank_layers", "transfer_entropy"),
+    ".pipeline": ("HetDPTReport", "configure", "preset", "run_hetdpt"),
     ".plots": ("plot_gradient_disparity", "plot_predictor", "plot_recovery"),
     ".predictor": ("PredictorFit", "Split", "fit_predictor", "load_predictor", "save_predictor", "search_split"),
 })
 
 __all__ = [
-    "INTERLEAVED_ORDERS", "LAYER_TYPES", "POINT_ALGORITHMS", "PredictorFit", "Split", "collect_predictor_data",
+    "INTERLEAVED_ORDERS", "LAYER_TYPES", "POINT_ALGORITHMS", "HetDPTConfig", "HetDPTReport", "HetDPTRun",
+    "PredictorFit", "Split", "collect_predictor_data", "configure", "preset", "run_hetdpt",
     "feature_entropy", "fit_predictor", "gradient_disparity", "load_predictor", "plot_gradient_disparity",
     "plot_predictor", "plot_recovery", "rank_layers", "recovery_asymmetry", "save_predictor", "search_split",
     "transfer_entropy",

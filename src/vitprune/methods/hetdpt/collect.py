@@ -43,7 +43,7 @@ from vitprune.errors import VitpruneError
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.config import INTERLEAVED_ORDERS
 from vitprune.methods.hetdpt.entropy import transfer_entropy
-from vitprune.methods.stages import calibration_loader
+from vitprune.runs.stages import calibration_loader
 from vitprune.surgery import ATTENTION_IDENTITIES, prune_depth, remaining_layers
 from vitprune.training import TrainConfig, Trainer, evaluate
 from vitprune.training.distributed import DistContext, on_main

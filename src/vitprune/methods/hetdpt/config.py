@@ -144,10 +144,25 @@ class MergeConfig:
     fold_norm: bool = setting(False, flag="--fold-norm", help="Fold each merged block's LN2 affine into its Linear.")
 
 
+@dataclass
+class HetDPTRun:
+    """Everything a HetDPT run needs: the layer budget, the split (``None``: the predictor's), the pipeline's settings
+    and an earlier run's predictor to reuse."""
+
+    budget: int
+    split: tuple[int, int] | None = None
+    config: HetDPTConfig = field(default_factory=HetDPTConfig)
+    predictor: str | Path | None = None
+
+    def validate(self) -> None:
+        self.config.validate()
+
+
 def preset_for(preset: str | None, data: str | None) -> str:
     """HetDPT's preset for a run on ``data``: the one asked for, else ``digits`` for vitprune's own small datasets
     (digits, cluttered-mnist) and ``imagenet-hetdpt`` for any other."""
     return preset or ("digits" if data in ("digits", "cluttered-mnist") else "imagenet-hetdpt")
 
 
-__all__ = ["REQUIRES", "HetDPTBudget", "preset_for", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig", "StageOverrides"]
+__all__ = ["REQUIRES", "HetDPTBudget", "HetDPTRun", "preset_for", "MergeConfig", "INTERLEAVED_ORDERS", "HetDPTConfig",
+           "StageOverrides"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,14 +18,49 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.report import Report
-from vitprune.methods.stages import save_and_time
+from vitprune.methods.hetdpt.config import MergeConfig
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import Report
+from vitprune.runs.stages import finish_edit, open_model_out
 from vitprune.surgery import merge_linear_mlps
-from vitprune.training.distributed import DistContext
 
 #: The key of the report in the saved model's metadata.
 METADATA_KEY = "merge"
+
+
+@method_run
+def run_merge(model: nn.Module, data: MethodData, config: MergeConfig, ctx: RunContext) -> MergeReport:
+    """Merge every fc1·fc2 pair of a copy of ``model`` whose activation was removed but that was kept apart
+    (:func:`~vitprune.surgery.merge_linear_mlps`; ``config.fold_norm`` also folds each norm2 affine into its
+    Linear), save it to ``ctx.run_dir`` and time it against ``model``; returns the report (``ctx.name``: the starting
+    checkpoint's). It reads no data.
+
+    A model with no such pair is a one-line error: there is nothing to merge. Under torchrun every process
+    merges its copy and gets the report, rank 0 alone saves and times.
+    """
+    ctx.speed.validate()
+    merged = copy.deepcopy(model)
+    blocks = merge_linear_mlps(merged, fold_norm=config.fold_norm)
+    if not blocks:
+        raise VitpruneError(f"{ctx.name or 'the model'} has no fc1·fc2 pair kept apart to merge (a model saved by "
+                            "`vitprune prune hetdpt --no-merge` has one per activation it removed)")
+    open_model_out(ctx)
+    return finish_edit(MergeReport, METADATA_KEY, merged, model, ctx, merged_blocks=blocks,
+                       fold_norm=config.fold_norm, max_abs_difference=_max_difference(model, merged))
+
+
+@torch.no_grad()
+def _max_difference(model: nn.Module, merged: nn.Module) -> float:
+    """Largest ``|model(x) - merged(x)|`` over two seeded random images, both in eval mode (modes restored)."""
+    param = next(model.parameters())
+    x = torch.randn(2, *get_adapter(model).input_size, generator=torch.Generator().manual_seed(0))
+    x = x.to(param.device, param.dtype)
+    modes = model.training, merged.training
+    try:
+        return (model.eval()(x) - merged.eval()(x)).abs().max().item()
+    finally:
+        model.train(modes[0])
+        merged.train(modes[1])
 
 
 @dataclass
@@ -48,41 +82,3 @@ class MergeReport(Report):
     after: dict[str, int]
     #: The merged model timed against the unmerged one (``None``: not measured).
     speed: dict[str, Any] | None
-
-
-def run_merge(model: nn.Module, *, out: str | Path, fold_norm: bool = False, name: str | None = None,
-              speed: SpeedConfig = SpeedConfig(), device: torch.device | str | None = None,
-              progress: bool = False, dist: DistContext | None = None) -> MergeReport:
-    """Merge every fc1·fc2 pair of a copy of ``model`` whose activation was removed but that was kept apart
-    (:func:`~vitprune.surgery.merge_linear_mlps`; ``fold_norm`` also folds each norm2 affine into its Linear),
-    save it to ``out`` and time it against ``model``; returns the report (``name``: the starting checkpoint's).
-
-    A model with no such pair is a one-line error: there is nothing to merge. Under torchrun every process
-    merges its copy and gets the report, rank 0 alone saves and times (on ``device``, default ``dist``'s device).
-    """
-    speed.validate()
-    merged = copy.deepcopy(model)
-    blocks = merge_linear_mlps(merged, fold_norm=fold_norm)
-    if not blocks:
-        raise VitpruneError(f"{name or 'the model'} has no fc1·fc2 pair kept apart to merge (a model saved by "
-                            "`vitprune prune hetdpt --no-merge` has one per activation it removed)")
-    report = MergeReport(model=name, out=str(out), merged_blocks=blocks, fold_norm=fold_norm,
-                         max_abs_difference=_max_difference(model, merged), before=count_macs(model).totals(),
-                         after=count_macs(merged).totals(), speed=None)
-    if device is None and dist is not None:
-        device = dist.device
-    return save_and_time(report, METADATA_KEY, merged, model, speed, device=device, progress=progress)
-
-
-@torch.no_grad()
-def _max_difference(model: nn.Module, merged: nn.Module) -> float:
-    """Largest ``|model(x) - merged(x)|`` over two seeded random images, both in eval mode (modes restored)."""
-    param = next(model.parameters())
-    x = torch.randn(2, *get_adapter(model).input_size, generator=torch.Generator().manual_seed(0))
-    x = x.to(param.device, param.dtype)
-    modes = model.training, merged.training
-    try:
-        return (model.eval()(x) - merged.eval()(x)).abs().max().item()
-    finally:
-        model.train(modes[0])
-        merged.train(modes[1])

@@ -32,18 +32,20 @@ from torch.utils.data import Dataset
 from vitprune.adapters import get_adapter
 from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_loader
-from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
+from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.measure import count_macs, format_count
+from vitprune.measure.target import MacTarget, first, goal
 from vitprune.methods.hetdpt.analysis import LAYER_TYPES
 from vitprune.methods.hetdpt.collect import collect_predictor_data
-from vitprune.methods.hetdpt.config import HetDPTConfig, REQUIRES, StageOverrides
+from vitprune.methods.hetdpt.config import REQUIRES, HetDPTConfig, HetDPTRun, StageOverrides
 from vitprune.methods.hetdpt.entropy import transfer_entropy
 from vitprune.methods.hetdpt.importance import select_layers, shortlist_size
 from vitprune.methods.hetdpt.plots import plot_predictor
 from vitprune.methods.hetdpt.predictor import PredictorFit, fit_predictor, load_predictor, save_predictor, search_split
-from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
-from vitprune.methods.stages import Stages, available_images, calibration_loader, finish_run, prepare_run_dir, recover
 from vitprune.recipe import RUN_MODEL_DIR
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.runs.stages import Stages, available_images, calibration_loader, finish_run, open_run, recover
 from vitprune.surgery import merge_linear_mlps, prune_depth, remaining_layers, remove_depth_gates
 from vitprune.training import TrainConfig, evaluate
 from vitprune.training.distributed import DistContext, on_main
@@ -142,82 +144,88 @@ def check_budget(model: nn.Module, budget: int, split: tuple[int, int] | None) -
             raise VitpruneError(f"split asks for {wanted} {kind} layers, but the model has only {have}")
 
 
-def budget_for_macs(model: nn.Module, macs: float) -> int:
-    """The most layers HetDPT can remove from ``model`` (merged as it deploys them) and still cost at least ``macs``
-    full-convention MACs per image, whatever the split and whichever layers: as many as the costliest removal fits
-    into what the target asks. A later step (a neuron or width trim) reaches the target itself."""
-    base = count_macs(model).macs
+def budget_for_macs(model: nn.Module, target: MacTarget) -> int:
+    """The most layers HetDPT can remove from ``model`` (merged as it deploys them) and still cost more than
+    ``target``, whatever the split and whichever layers: ``k`` removals of the costliest layer, counted by
+    :func:`~vitprune.measure.target.first` (one removal fewer than the first ``k`` that would reach the target), at
+    most every layer. A later step (a neuron or width trim) reaches the target itself. A target at or above the
+    model's MACs is one line (:func:`~vitprune.measure.target.goal`); one that even the smallest removal goes below
+    (no whole layer fits above it) is an :class:`~vitprune.errors.UnreachableTargetError` naming what that removal
+    leaves."""
+    wanted, base = goal(target, model)
     savings = []
     for kind, blocks in remaining_layers(model).items():
         for block in blocks:
             trial = copy.deepcopy(model)
             prune_depth(trial, **{kind: [block]})
-            savings.append(base - count_macs(trial).macs)
-    return int((base - macs) // max(savings)) if savings and base > macs else 0
+            savings.append(base - count_macs(trial, convention=target.convention).macs)
+    most = max(savings, default=0)
+    reaching = first(lambda k: base - k * most <= wanted, 0, len(savings), integer=True) if most > 0 else None
+    budget = len(savings) if reaching is None else int(reaching) - 1
+    if budget == 0:
+        nearest = f"; the smallest removal leaves {format_count(base - min(savings))}" if savings else ""
+        raise UnreachableTargetError(f"HetDPT removes whole layers, and none fits above {format_count(wanted)} MACs "
+                                     f"per image ({target.convention} convention){nearest}")
+    return budget
 
 
-def run_hetdpt(model: nn.Module, train_set: Dataset, val_set: Dataset, *, budget: int, run_dir: str | Path,
-               split: tuple[int, int] | None = None, config: HetDPTConfig | None = None,
-               device: torch.device | str | None = None, progress: bool = False,
-               log: Callable[[str], None] = lambda _msg: None, resume: bool = False,
-               predictor: str | Path | None = None, speed: SpeedConfig = SpeedConfig(),
-               calibration_set: Dataset | None = None, dist: DistContext | None = None) -> HetDPTReport:
-    """Remove ``budget`` layers (attention + activation) from a copy of ``model`` the HetDPT way; returns the report.
+@method_run
+def run_hetdpt(model: nn.Module, data: MethodData, config: HetDPTRun, ctx: RunContext) -> HetDPTReport:
+    """Remove ``config.budget`` layers (attention + activation) from a copy of ``model`` the HetDPT way; returns the
+    report.
 
-    ``split`` fixes how many of each type (attention, activation); ``None`` lets the predictor
-    choose, fitted here or loaded from ``predictor`` (an earlier run's ``predictor.json``: one fit
+    ``config.split`` fixes how many of each type (attention, activation); ``None`` lets the predictor
+    choose, fitted here or loaded from ``config.predictor`` (an earlier run's ``predictor.json``: one fit
     serves every budget). Transfer entropy (Step 1's removals, Step 2's shortlist) is estimated on
-    images of ``calibration_set``: the training images with the evaluation transform, which the CLI
-    passes (default ``train_set``, augmented). The pruned, fine-tuned, merged model (unmerged with
-    ``config.merge`` off) is saved to ``run_dir/model``. With ``resume``, finished stages found in
-    ``run_dir`` are reused and the fine-tuning run continues from its checkpoint; without it, a
-    ``run_dir`` holding a previous run is an error.
+    images of ``data.calibration``: the training images with the evaluation transform, which the CLI
+    passes (default ``data.train``, augmented). The pruned, fine-tuned, merged model (unmerged with
+    ``config.config.merge`` off) is saved to ``ctx.run_dir/model``. With ``ctx.resume``, finished stages found in
+    the run directory are reused and the fine-tuning run continues from its checkpoint; without it, a
+    run directory holding a previous run is an error.
 
-    Under torchrun (``dist``; every process calls it with the same arguments) each process estimates
+    Under torchrun (every process calls it with the same arguments) each process estimates
     the transfer entropy on its share of the calibration images (reduced over all of them), every
     fine-tune (Step 1's fast ones, Step 2's search, Stage 2) is data-parallel, and rank 0 alone
     evaluates Step 1's points, reads and writes the run directory and times the model; every process
     gets what it read or decided and returns the same report.
     """
+    budget, split, predictor, settings = config.budget, config.split, config.predictor, config.config
+    train_set, val_set, calibration_set = data.train, data.val, data.calibration
     get_adapter(model, needs=REQUIRES, by="HetDPT")
-    config = config or HetDPTConfig()
-    config.validate()
-    speed.validate()
+    settings.validate()
+    ctx.speed.validate()
     check_budget(model, budget, split)
-    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=config.search.seed)
-    config = available_images(config, calibration_set if calibration_set is not None else train_set, ("te_images",),
-                              log)
-    config = available_images(config, train_set, ("probe_images",), log)
+    run_dir, device, stages = open_run(model, ctx, seed=settings.search.seed)
+    progress, resume, dist, log = ctx.progress, ctx.resume, ctx.dist, ctx.log
+    settings = available_images(settings, data.calibration_or_train, ("te_images",), log)
+    settings = available_images(settings, train_set, ("probe_images",), log)
     if predictor is not None and not on_main(Path(predictor).is_file):
         raise VitpruneError(f"predictor file {predictor} does not exist")
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    stages = Stages(log)
     num_blocks = len(get_adapter(model).blocks())
-    val_loader = build_loader(val_set, (config.finetune or config.search).batch_size, shuffle=False, seed=0)
-    dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model.to(device), val_loader)["top1"])
+    val_loader = build_loader(val_set, (settings.finetune or settings.search).batch_size, shuffle=False, seed=0)
+    dense_top1 = stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])
 
     step1 = None
     if split is None:
         step1, split = stages.run("step 1: predictor of accuracy per split", lambda: _step1(
-            model, train_set, val_set, calibration_set, budget, num_blocks, config, run_dir, device, progress, log,
+            model, train_set, val_set, calibration_set, budget, num_blocks, settings, run_dir, device, progress, log,
             resume, predictor, dist))
     selection = stages.run("step 2: learnable importance within each type", lambda: _step2(
-        model, train_set, calibration_set if calibration_set is not None else train_set, split, config, run_dir,
-        device, resume, dist))
+        model, train_set, data.calibration_or_train, split, settings, run_dir, device, resume, dist))
 
     pruned, recovery = stages.run("stage 2: fine-tune and merge", lambda: prune_and_recover(
-        model, selection["attention"], selection["activation"], train_set, val_set, config,
+        model, selection["attention"], selection["activation"], train_set, val_set, settings,
         run_dir=run_dir / FINETUNE_DIR, device=device, progress=progress, resume=resume,
         start=selection.pop("model", None), dist=dist))
     metadata = {"hetdpt": {"budget": budget, "split": list(split),
                            **{k: selection[k] for k in ("attention", "activation")}}}
     return finish_run(
-        HetDPTReport, pruned, model, run_dir=run_dir, stages=stages, speed=speed, device=device, progress=progress,
+        HetDPTReport, pruned, model, ctx, stages=stages, device=device,
         top1={"dense": dense_top1, **{k: v for k, v in recovery.items() if k != "merged_blocks"}}, metadata=metadata,
         budget=budget, split={"attention": split[0], "activation": split[1],
                               "chosen_by": "predictor" if step1 is not None else "user"},
         attention=selection["attention"], activation=selection["activation"],
-        merged_blocks=recovery["merged_blocks"], predictor=step1, selection=selection, config=config.to_dict())
+        merged_blocks=recovery["merged_blocks"], predictor=step1, selection=selection, config=settings.to_dict())
 
 
 def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, te_set: Dataset | None, budget: int,
@@ -319,7 +327,7 @@ def prune_and_recover(model: nn.Module, attention: list[int], activation: list[i
     Returns the merged model (unmerged with ``config.merge`` off) and ``{"pruned", "finetuned",
     "finetune_best"}`` top-1 on ``val_set`` (right after removal, at the end, best epoch) with the
     ``merged_blocks``; without ``config.finetune`` only ``"pruned"``. Under torchrun (``dist``) the
-    fine-tune is data-parallel (:func:`~vitprune.methods.stages.recover`).
+    fine-tune is data-parallel (:func:`~vitprune.runs.stages.recover`).
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     pruned = copy.deepcopy(start if start is not None else model).to(device)

@@ -7,7 +7,7 @@ extraction (:mod:`~vitprune.methods.hiap.extract`) and the pipeline (:mod:`~vitp
 """
 
 from vitprune.lazy import lazy_exports
-from vitprune.methods.hiap.config import COST_MODELS, TRAIN_DEFAULTS, HiAPConfig
+from vitprune.methods.hiap.config import COST_MODELS, TRAIN_DEFAULTS, HiAPConfig, HiAPRun
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".cost": ("cost_penalty", "dense_cost", "feasibility", "gate_cost", "layer_shapes", "unit_costs"),
@@ -19,7 +19,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 })
 
 __all__ = [
-    "COST_MODELS", "FAMILIES", "TRAIN_DEFAULTS", "GatedForward", "HiAPConfig", "HiAPGates", "HiAPReport", "LayerShape",
+    "COST_MODELS", "FAMILIES", "TRAIN_DEFAULTS", "GatedForward", "HiAPConfig", "HiAPGates", "HiAPReport", "HiAPRun",
+    "LayerShape",
     "budget_threshold",
     "cost_penalty", "dense_cost", "extract", "feasibility", "gate_cost", "gumbel_sigmoid", "layer_shapes",
     "layer_summary", "run_hiap", "temperature", "train_gates", "unit_costs",

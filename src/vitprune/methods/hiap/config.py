@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vitprune.config import JsonRecord, setting
 from vitprune.errors import check_settings
+from vitprune.measure.target import SPELLING, MacTarget
+from vitprune.training.config import TrainConfig
 from vitprune.training.presets import get_preset
 
 #: The cost models' names (:mod:`~vitprune.methods.hiap.cost`): Eq. 5's constants, or what extraction realises.
@@ -19,6 +21,10 @@ PRESET = "imagenet-hiap"
 #: theirs from here.
 TRAIN_DEFAULTS: dict[str, Any] = {key: getattr(get_preset(PRESET).train, key)
                                   for key in ("lr", "batch_size", "warmup_epochs")}
+
+
+#: How far below its MAC target an extracted model may land (:func:`~vitprune.methods.hiap.search.budget_threshold`).
+BUDGET_TOLERANCE = 0.02
 
 
 #: What HiAP needs of every model's family (:data:`vitprune.adapters.CAPABILITIES`); it gates heads where the family
@@ -35,9 +41,10 @@ class HiAPConfig(JsonRecord):
     lambda_macro: float = setting(0.9, help="Weight of the expected head cost (paper: 0.9).")
     lambda_micro: float = setting(0.45, help="Weight of the expected value-dim and neuron cost (paper: 0.45).")
     #: Total MACs per image (full convention) to reach; ``None``: the paper's fixed-λ penalty.
-    target_macs: float | None = setting(None, flag="--macs", scale=1e9,
-                                        help="Target GMACs per image (full convention): a controller steers the λ "
-                                             "(an extension).")
+    target_macs: MacTarget | None = setting(None, parse=MacTarget.parse, aliases=("--macs",),
+                                            alias_parse=MacTarget.from_gmacs,
+                                            help=f"MACs per image to reach (full convention): {SPELLING}; a "
+                                                 "controller steers the λ (an extension).")
     #: Dual-ascent step of the λ scale per optimisation step, per unit of cost-share error.
     controller_rate: float = 0.05
     cost_model: str = setting("paper", choices=COST_MODELS,
@@ -62,6 +69,12 @@ class HiAPConfig(JsonRecord):
     #: KD from the dense teacher: ``(1 − α)·CE + α·T²·KL`` (batch-mean), α_KD 0.7 and T 4 as the paper.
     kd_alpha: float = 0.7
     kd_tau: float = 4.0
+    #: With a MAC target, how far below it the extracted model may land (the hardening threshold nearest the paper's
+    #: 0 within it).
+    budget_tolerance: float = BUDGET_TOLERANCE
+
+    def __post_init__(self) -> None:
+        self.target_macs = MacTarget.coerce(self.target_macs)
 
     def validate(self) -> None:
         """Raise a one-line error for settings that cannot run."""
@@ -71,14 +84,26 @@ class HiAPConfig(JsonRecord):
             (self.lambda_macro >= 0 and self.lambda_micro >= 0, "the penalty weights λ must be >= 0"),
             (self.target_macs is None or self.lambda_macro + self.lambda_micro > 0,
              "a MAC target needs a positive λ_macro or λ_micro to set the macro:micro ratio"),
-            (self.target_macs is None or self.target_macs > 0, "the MAC target must be positive"),
             (self.controller_rate > 0, "the controller rate must be positive"),
             (self.gate_lr is None or self.gate_lr > 0, "the gate learning rate must be positive"),
             (0 < self.tau_end <= self.tau_start, "temperatures need 0 < tau_end <= tau_start"),
             (min(self.min_heads, self.min_dims, self.min_neurons) >= 0, "minimum retentions must be >= 0"),
             (min(self.beta_head, self.beta_dim, self.beta_ffn) >= 0, "feasibility weights must be >= 0"),
             (0 <= self.kd_alpha <= 1 and self.kd_tau > 0, "KD needs 0 <= kd_alpha <= 1 and kd_tau > 0"),
+            (0 <= self.budget_tolerance < 1, "the budget tolerance must be in [0, 1)"),
         ])
 
 
-__all__ = ["REQUIRES", "COST_MODELS", "PRESET", "TRAIN_DEFAULTS", "HiAPConfig"]
+@dataclass
+class HiAPRun:
+    """Everything a HiAP run needs: its training (weights and gates together) and HiAP's own settings."""
+
+    train: TrainConfig
+    config: HiAPConfig = field(default_factory=HiAPConfig)
+
+    def validate(self) -> None:
+        self.train.validate()
+        self.config.validate()
+
+
+__all__ = ["BUDGET_TOLERANCE", "REQUIRES", "COST_MODELS", "PRESET", "TRAIN_DEFAULTS", "HiAPConfig", "HiAPRun"]

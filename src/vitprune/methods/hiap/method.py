@@ -1,47 +1,43 @@
-"""HiAP as a registered method: ``vitprune prune hiap`` and the chain's ``hiap`` step."""
+"""HiAP as a registered method: ``vitprune prune hiap``, the chain's ``hiap`` step and a ``vitprune compare`` arm."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields
+from typing import Any
 
 from vitprune.errors import VitpruneError
-from vitprune.methods.base import (
-    Method, MethodData, RunContext, build_config, build_train_config, register_method, split_settings,
+from vitprune.measure.target import MacTarget
+from vitprune.methods.hiap.config import PRESET, REQUIRES, TRAIN_DEFAULTS, HiAPConfig, HiAPRun
+from vitprune.runs.method import (
+    ChainStep, CommandLine, Method, Model, TargetSearch, build_config, build_train_config, split_settings,
 )
-from vitprune.methods.hiap.config import REQUIRES, TRAIN_DEFAULTS, HiAPConfig
 from vitprune.training.config import TrainConfig
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from vitprune.methods.hiap.pipeline import HiAPReport
+from vitprune.training.presets import get_preset
 
 
-@dataclass
-class HiAPRun:
-    """Everything a HiAP run needs: its training (weights and gates together) and HiAP's own settings."""
-
-    train: TrainConfig
-    config: HiAPConfig
-
-    def validate(self) -> None:
-        self.train.validate()
-        self.config.validate()
-
-
-class HiAP(Method):
+class HiAP(Method, CommandLine, ChainStep, TargetSearch):
     name = "hiap"
     title = "HiAP"
+    config = HiAPRun
+    data = ("train", "val")
     help = ("HiAP: learn which heads, value dims, FFN blocks and neurons to keep under a MAC penalty; extract the "
             "model (the paper trains 200 epochs: --preset imagenet-hiap).")
-    config = HiAPRun
     options = HiAPConfig
     #: Without --preset: HiAP's schedule (the paper's lr and batch without its augmentation), for --epochs.
     recipe = TrainConfig(epochs=1, **TRAIN_DEFAULTS)
-    data = ("train", "val")
+    renderer = "vitprune.methods.hiap.render:render_hiap"
+    epoch_renderer = "vitprune.methods.hiap.render:render_hiap_epoch"
     summary = ("heads", "neurons", "ffn_closed", "threshold")
     settings = "TrainConfig's fields (epochs required) and HiAPConfig's (target_macs, ...)"
+
+    def requires(self, config: HiAPRun) -> tuple[str, ...]:
+        return REQUIRES
+
+    def from_command(self, options: HiAPConfig, training: TrainConfig | None) -> HiAPRun:
+        if training is None:
+            raise VitpruneError("give --epochs, or --preset for a paper's recipe (HiAP's: --preset imagenet-hiap): "
+                                "HiAP trains its gates with its weights")
+        return HiAPRun(training, options)
 
     def configure(self, settings: dict[str, Any], preset: str) -> HiAPRun:
         train_settings, rest = split_settings(settings, {f.name for f in fields(TrainConfig)})
@@ -50,28 +46,16 @@ class HiAP(Method):
         run.validate()
         return run
 
-    def from_command(self, options: HiAPConfig, training: TrainConfig | None) -> HiAPRun:
-        if training is None:
-            raise VitpruneError("give --epochs, or --preset for a paper's recipe (HiAP's: --preset imagenet-hiap): "
-                                "HiAP trains its gates with its weights")
-        return HiAPRun(training, options)
+    def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
+                     ) -> list[dict[str, Any]]:
+        # Its training is its search: the recovery's length at quick and standard effort, the paper's own at paper (a
+        # compare arm trains as long as every arm's recovery instead: arm_steps).
+        epochs = {"quick": 1, "standard": 10, "paper": get_preset(PRESET).train.epochs}[effort]
+        return [{"method": self.name, "target_macs": target.to_json(), "epochs": epochs}]
 
-    compare_skip = None
-
-    def arm_steps(self, model: nn.Module, macs: float, effort: str, recovery: dict[str, Any]) -> list[dict[str, Any]]:
+    def arm_steps(self, model: Model, target: MacTarget, effort: str, recovery: dict[str, Any]
+                  ) -> list[dict[str, Any]]:
         # HiAP trains its weights with its gates: the recovery's training is its run (with its own distillation), and
         # nothing follows the extraction.
         train = {k: v for k, v in recovery.items() if k in {f.name for f in fields(TrainConfig)}}
-        return [{"method": self.name, "target_macs": macs, **train}]
-
-    def requires(self, config: HiAPRun) -> tuple[str, ...]:
-        return REQUIRES
-
-    def run(self, model: nn.Module, data: MethodData, config: HiAPRun, ctx: RunContext) -> HiAPReport:
-        from vitprune.methods.hiap.pipeline import run_hiap
-
-        return run_hiap(model, data.train, data.val, train=config.train, config=config.config,
-                        on_epoch=ctx.on_epoch, **ctx.pipeline_options())
-
-
-register_method(HiAP())
+        return [{**self.target_steps(model, target, effort)[0], **train}]

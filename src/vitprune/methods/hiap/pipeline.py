@@ -14,32 +14,28 @@ As the paper, the extracted model is not fine-tuned again (``vitprune finetune``
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import save_file
 from torch import nn
-from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file
 from vitprune.data import build_loader
-from vitprune.measure import SpeedConfig, count_macs
+from vitprune.measure import count_macs
+from vitprune.methods.hiap.config import REQUIRES, HiAPRun
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.hiap.gates import HiAPGates
 from vitprune.methods.hiap.plots import plot_architecture
-from vitprune.methods.hiap.config import HiAPConfig, REQUIRES
-from vitprune.methods.hiap.search import (
-    BUDGET_TOLERANCE, budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates,
-)
-from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
-from vitprune.methods.stages import Stages, finish_run, prepare_run_dir
+from vitprune.methods.hiap.search import budget_threshold, fixed_macs, hardened_macs, layer_summary, train_gates
 from vitprune.recipe import RUN_MODEL_DIR
-from vitprune.training import TrainConfig, evaluate
-from vitprune.training.distributed import DistContext, on_main
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.runs.stages import finish_run, open_run
+from vitprune.training import evaluate
+from vitprune.training.distributed import on_main
 from vitprune.training.engine import logged_epochs
 
 SEARCH_DIR, GATES_FILE, MODEL_DIR = "search", "gates.safetensors", RUN_MODEL_DIR
@@ -71,43 +67,39 @@ class HiAPReport(RunReport):
     plot: str
 
 
-def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir: str | Path, train: TrainConfig,
-             config: HiAPConfig | None = None, device: torch.device | str | None = None, progress: bool = False,
-             log: Callable[[str], None] = lambda _msg: None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
-             resume: bool = False, speed: SpeedConfig = SpeedConfig(),
-             budget_tolerance: float = BUDGET_TOLERANCE, dist: DistContext | None = None) -> HiAPReport:
-    """HiAP on a copy of ``model``: train it with its gates for ``train``'s epochs, extract it; returns the report.
+@method_run
+def run_hiap(model: nn.Module, data: MethodData, config: HiAPRun, ctx: RunContext) -> HiAPReport:
+    """HiAP on a copy of ``model``: train it with its gates on ``data.train`` for ``config.train``'s epochs, extract
+    it; returns the report.
 
-    With ``config.target_macs`` the controller steers λ towards the budget and the extraction's
-    hardening threshold is the one nearest the paper's 0 that lands within ``budget_tolerance``
-    below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``resume``
-    continues the training run in ``run_dir``; without it a ``run_dir`` holding a run is an error.
-    Under torchrun (``dist``; every process calls it with the same arguments) the training is data-parallel,
+    With ``config.config.target_macs`` the controller steers λ towards the budget and the extraction's
+    hardening threshold is the one nearest the paper's 0 that lands within ``config.config.budget_tolerance``
+    below the target (:func:`~vitprune.methods.hiap.search.budget_threshold`). ``ctx.resume``
+    continues the training run in ``ctx.run_dir``; without it a run directory holding a run is an error.
+    Under torchrun (every process calls it with the same arguments) the training is data-parallel,
     every process extracts the same model from the same gates, and rank 0 alone writes the run directory
     (and reads its history) and times the model; every process returns the same report.
     """
+    train, settings = config.train, config.config
     get_adapter(model, needs=REQUIRES, by="HiAP")
-    config = config or HiAPConfig()
-    config.validate()
-    speed.validate()
+    settings.validate()
+    ctx.speed.validate()
     train.validate()
-    fixed = fixed_macs(model, config.target_macs)
-    run_dir = prepare_run_dir(run_dir, resume, start=model, seed=train.seed)
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    model = model.to(device)
-    stages = Stages(log)
-    val_loader = build_loader(val_set, 256, shuffle=False, seed=0)
+    fixed = fixed_macs(model, settings.target_macs)
+    wanted = None if settings.target_macs is None else settings.target_macs.resolve(model)
+    run_dir, device, stages = open_run(model, ctx, seed=train.seed)
+    val_loader = build_loader(data.val, 256, shuffle=False, seed=0)
     top1 = {"dense": stages.run("evaluate the dense model", lambda: evaluate(model, val_loader)["top1"])}
 
     work = copy.deepcopy(model)
     gates, _ = stages.run("train weights and gates", lambda: train_gates(
-        work, train_set, config, train, val_set=val_set, teacher=model, run_dir=run_dir / SEARCH_DIR, device=device,
-        resume=resume, progress=progress, on_epoch=on_epoch, dist=dist, budget_tolerance=budget_tolerance))
+        work, data.train, settings, train, val_set=data.val, teacher=model, run_dir=run_dir / SEARCH_DIR,
+        device=device, resume=ctx.resume, progress=ctx.progress, on_epoch=ctx.on_epoch, dist=ctx.dist))
     on_main(lambda: _save_gates(gates, run_dir / GATES_FILE))
     dense_macs = count_macs(model)
     threshold = 0.0
-    if config.target_macs is not None:
-        threshold = budget_threshold(gates, fixed, config.target_macs, budget_tolerance)
+    if wanted is not None:
+        threshold = budget_threshold(gates, fixed, wanted, settings.budget_tolerance)
     layers = layer_summary(gates, threshold)
     predicted = hardened_macs(gates, fixed, threshold)
     stages.run("extract the pruned model", lambda: extract(work, gates, threshold))
@@ -115,15 +107,14 @@ def run_hiap(model: nn.Module, train_set: Dataset, val_set: Dataset, *, run_dir:
     history = on_main(lambda: logged_epochs(run_dir / SEARCH_DIR))
     if history and "val_top1" in history[-1]:  # the hardened gates on the unextracted model
         top1["gated_last_epoch"] = history[-1]["val_top1"]
-    summary = {"target_macs": config.target_macs, "threshold": threshold, "macs_predicted": predicted,
+    summary = {"target_macs": wanted, "threshold": threshold, "macs_predicted": predicted,
                "heads": sum(layer["heads"] for layer in layers), "neurons": sum(layer["neurons"] for layer in layers),
                "ffn_closed": [b for b, layer in enumerate(layers) if not layer["ffn"]]}
     on_main(lambda: plot_architecture(layers, run_dir / PLOT_FILE, title=f"HiAP: {count_macs(work).macs / 1e6:.2f} "
                                       f"M MACs (dense {dense_macs.macs / 1e6:.2f} M)"))
-    return finish_run(HiAPReport, work, model, run_dir=run_dir, stages=stages, speed=speed, device=device,
-                      progress=progress, top1=top1, metadata={"hiap": summary}, **summary, layers=layers,
-                      config=config.to_dict(), train=asdict(train),
-                      history=[{k: v for k, v in h.items() if k != "layers"} for h in history],
+    return finish_run(HiAPReport, work, model, ctx, stages=stages, device=device, top1=top1,
+                      metadata={"hiap": summary}, **summary, layers=layers, config=settings.to_dict(),
+                      train=asdict(train), history=[{k: v for k, v in h.items() if k != "layers"} for h in history],
                       plot=str(run_dir / PLOT_FILE))
 
 

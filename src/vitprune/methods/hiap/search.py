@@ -18,7 +18,6 @@ the architecture extraction will give, not only its expectation, is held to the 
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,8 @@ from torch.utils.data import Dataset
 
 from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.measure import count_macs, format_count
-from vitprune.methods.hiap.config import COST_MODELS, HiAPConfig
+from vitprune.measure.target import MacTarget, first, goal
+from vitprune.methods.hiap.config import BUDGET_TOLERANCE, COST_MODELS, HiAPConfig
 from vitprune.methods.hiap.cost import cost_penalty, dense_cost, feasibility, gate_cost, layer_shapes
 from vitprune.methods.hiap.gated import GatedForward
 from vitprune.methods.hiap.gates import HiAPGates, temperature
@@ -43,18 +43,20 @@ from vitprune.training.progress import training_progress
 GATES_ATTR = "hiap_gates"
 
 
-def fixed_macs(model: nn.Module, target_macs: float | None = None) -> int:
+def fixed_macs(model: nn.Module, target: MacTarget | None = None) -> int:
     """MACs per image HiAP cannot prune (patch embedding, norms, head): the dense total less the prunable cost.
 
-    With ``target_macs``, first a one-line error when that target is out of reach: at most the fixed
-    MACs, or not below the dense model.
+    With ``target``, first the one-line errors of a target out of reach (:func:`~vitprune.measure.target.goal`): at
+    or above the dense model's MACs, or at most what HiAP cannot prune (the nearest it reaches).
     """
     total = count_macs(model).macs
     fixed = total - dense_cost(layer_shapes(model))
-    if target_macs is not None and not fixed < target_macs < total:
-        raise UnreachableTargetError(f"the MAC target {format_count(target_macs)} must lie between what HiAP "
-                                     f"cannot prune ({format_count(fixed)}: embedding, norms, head) and the dense "
-                                     f"model ({format_count(total)})")
+    if target is not None:
+        wanted, _ = goal(target.in_convention("full"), model, total)
+        if wanted <= fixed:
+            raise UnreachableTargetError(f"HiAP cannot reach {format_count(wanted)} MACs per image (full convention); "
+                                         f"the nearest it reaches is above what it cannot prune, "
+                                         f"{format_count(fixed)} (embedding, norms, head)")
     return fixed
 
 
@@ -91,10 +93,6 @@ def costs(gates: HiAPGates, fixed: int) -> dict[str, float]:
     return out
 
 
-#: How far below its MAC target an extracted model may land (:func:`budget_threshold`).
-BUDGET_TOLERANCE = 0.02
-
-
 def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance: float = BUDGET_TOLERANCE) -> float:
     """The hardening threshold nearest the paper's 0 whose extracted model costs ``(1 − tolerance)·target`` to
     ``target`` MACs; if no threshold lands in that band, the one giving the largest model within the target.
@@ -108,17 +106,19 @@ def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance
                         for a in gates.family(name)]).unique().sort().values
     candidates = sorted(torch.cat([torch.zeros(1), (logits[1:] + logits[:-1]) / 2, logits[:1] - 1]).tolist())
 
-    def macs(i: int) -> int:
-        return hardened_macs(gates, fixed, candidates[i])
+    def macs(i: float) -> int:
+        return hardened_macs(gates, fixed, candidates[int(i)])
 
-    indices = range(len(candidates))
-    first_fit = bisect.bisect_left(indices, True, key=lambda i: macs(i) <= target_macs)
-    if first_fit == len(candidates):
-        raise UnreachableTargetError(f"no hardening of the gates fits {format_count(target_macs)} MACs")
-    last_in_band = bisect.bisect_left(indices, True, key=lambda i: macs(i) < (1 - tolerance) * target_macs) - 1
+    last = len(candidates) - 1
+    first_fit = first(lambda i: macs(i) <= target_macs, 0, last, integer=True)
+    if first_fit is None:
+        raise UnreachableTargetError(f"no hardening of the gates fits {format_count(target_macs)} MACs; the nearest "
+                                     f"costs {format_count(macs(last))}")
+    below = first(lambda i: macs(i) < (1 - tolerance) * target_macs, 0, last, integer=True)
+    last_in_band = last if below is None else int(below) - 1
     if last_in_band < first_fit:
-        return candidates[first_fit]
-    return min(candidates[first_fit:last_in_band + 1], key=abs)
+        return candidates[int(first_fit)]
+    return min(candidates[int(first_fit):last_in_band + 1], key=abs)
 
 
 def undecided(gates: HiAPGates, low: float = 0.1, high: float = 0.9) -> float:
@@ -131,13 +131,13 @@ class HiAPTraining(TrainHooks):
     """The engine hooks that sample and anneal the gates, add the penalties and steer λ."""
 
     def __init__(self, model: nn.Module, gates: HiAPGates, config: HiAPConfig, *, fixed_macs: int,
-                 gate_lr: float | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None,
-                 budget_tolerance: float = BUDGET_TOLERANCE) -> None:
+                 gate_lr: float | None = None, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.gates, self.config, self.fixed = gates, config, fixed_macs
-        self.budget_tolerance = budget_tolerance
+        #: The MAC target resolved for the dense model (``None``: none).
+        self.target = None if config.target_macs is None else config.target_macs.resolve(model)
         self.gated = GatedForward(model)
         self.dense = dense_cost(gates.shapes)
-        self.share = None if config.target_macs is None else (config.target_macs - fixed_macs) / self.dense
+        self.share = None if self.target is None else (self.target - fixed_macs) / self.dense
         self.scale = 1.0
         #: The step whose start last moved the λ scale.
         self.steered = -1
@@ -199,10 +199,10 @@ class HiAPTraining(TrainHooks):
                       **{f"macs_{k}": v for k, v in costs(self.gates, self.fixed).items()},
                       **{k: self.last.get(k, math.nan) for k in ("penalty", "feasibility")}})
         stats["layers"] = layer_summary(self.gates)
-        stats["target_macs"] = self.config.target_macs
-        if self.config.target_macs is not None:  # what extraction would cut now: its threshold is not the paper's 0
+        stats["target_macs"] = self.target
+        if self.target is not None:  # what extraction would cut now: its threshold is not the paper's 0
             try:
-                threshold = budget_threshold(self.gates, self.fixed, self.config.target_macs, self.budget_tolerance)
+                threshold = budget_threshold(self.gates, self.fixed, self.target, self.config.budget_tolerance)
                 stats["macs_extracted"] = hardened_macs(self.gates, self.fixed, threshold)
             except VitpruneError:  # no hardening fits the target yet
                 stats["macs_extracted"] = None
@@ -225,8 +225,8 @@ def gate_learning_rate(gate_init: float, images: int, train: TrainConfig) -> flo
 def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train: TrainConfig, *,
                 val_set: Dataset | None = None, teacher: nn.Module | None = None, run_dir: str | Path | None = None,
                 device: torch.device | str | None = None, resume: bool = False, progress: bool = False,
-                on_epoch: Callable[[dict[str, Any]], None] | None = None, dist: DistContext | None = None,
-                budget_tolerance: float = BUDGET_TOLERANCE) -> tuple[HiAPGates, list[dict]]:
+                on_epoch: Callable[[dict[str, Any]], None] | None = None,
+                dist: DistContext | None = None) -> tuple[HiAPGates, list[dict]]:
     """Train ``model`` (in place) and its gates under the HiAP loss; returns the gates and the epoch history.
 
     ``teacher`` (default: a frozen copy of ``model`` as it is now) provides the KD targets. The model
@@ -242,8 +242,7 @@ def train_gates(model: nn.Module, train_set: Dataset, config: HiAPConfig, train:
     teacher = make_teacher(teacher if teacher is not None else model)
     gates = HiAPGates(layer_shapes(model), init=config.gate_init)
     hooks = HiAPTraining(model, gates, config, fixed_macs=fixed, on_epoch=on_epoch,
-                         gate_lr=config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train),
-                         budget_tolerance=budget_tolerance)
+                         gate_lr=config.gate_lr or gate_learning_rate(config.gate_init, len(train_set), train))
     model.add_module(GATES_ATTR, gates)
     use_distillation_head(model, "soft")
     criterion = DistillationLoss(train.label_loss(), teacher, kind="soft",

@@ -6,11 +6,16 @@ from dataclasses import dataclass, field
 
 from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
+from vitprune.measure.target import SPELLING, MacTarget
 from vitprune.training import KINDS, TrainConfig
 from vitprune.training.presets import get_preset
 
 #: What the ACS keep rates are anchored to: the first and last blocks' ACS (the paper's) or the lowest and highest.
 ANCHORS = ("paper", "minmax")
+#: How STAR does without LRP relevance (a family that cannot propagate it, or a model it cannot run through), as its
+#: refusal ends.
+WITHOUT_LRP = ("--attention-weight 1 (alpha 1 in a chain file) ranks tokens by the online [CLS] attention alone, "
+               "without the LRP prior")
 #: The paper's fine-tuning recipe, the source of :class:`STARConfig`'s fine-tuning defaults.
 PRESET = "imagenet-star"
 _RECIPE = get_preset(PRESET)
@@ -24,8 +29,10 @@ class STARConfig(JsonRecord):
     rho: float | None = setting(0.7, alternative=True,
                                 help="Keep rate of the last block (sets every block's rate).")
     #: Full-convention MACs per image, reached by bisection on rho.
-    target_macs: float | None = setting(None, flag="--macs", scale=1e9, alternative=True,
-                                        help="Target GMACs per image (full convention); finds rho.")
+    target_macs: MacTarget | None = setting(None, alternative=True, parse=MacTarget.parse, aliases=("--macs",),
+                                            alias_parse=MacTarget.from_gmacs,
+                                            help=f"MACs per image to reach (full convention): {SPELLING}; finds "
+                                                 "rho.")
     #: No ACS is computed for hand-set rates.
     rates: list[float] | None = setting(None, alternative=True,
                                         help="Hand-set keep rate per block, e.g. 1,1,1,0.7,...,0.5.")
@@ -57,11 +64,14 @@ class STARConfig(JsonRecord):
         """What STAR needs of a model's family: token pruning, and LRP where the prior has a weight."""
         return ("token_pruning", *(["lrp"] if self.alpha < 1 else []))
 
+    def __post_init__(self) -> None:
+        self.target_macs = MacTarget.coerce(self.target_macs)
+
     def validate(self) -> None:
         """Fail at once, before any pass over data, on a setting a later stage would reject."""
         if sum(x is not None for x in (self.rho, self.target_macs, self.rates)) != 1:
-            raise VitpruneError("give exactly one of rho, target_macs (MACs; --macs in GMACs) and rates (per-block "
-                                "keep rates)")
+            raise VitpruneError("give exactly one of rho, target_macs (--target-macs) and rates (per-block keep "
+                                "rates)")
         if self.rates is not None and not all(0 < r <= 1 for r in self.rates):
             raise VitpruneError(f"keep rates must be in (0, 1], got {self.rates}")
         if self.rho is not None and not 0 < self.rho <= 1:
@@ -78,4 +88,4 @@ class STARConfig(JsonRecord):
             self.finetune.validate()
 
 
-__all__ = ["ANCHORS", "PRESET", "STARConfig"]
+__all__ = ["ANCHORS", "PRESET", "WITHOUT_LRP", "STARConfig"]

@@ -28,15 +28,11 @@ from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.config import json_ready
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
-from vitprune.methods.base import MethodData, RunContext
-from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
-from vitprune.methods.stages import (
-    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
-)
-from vitprune.methods.star.config import STARConfig
+from vitprune.methods.star.config import WITHOUT_LRP, STARConfig
 from vitprune.methods.star.lrp import check_lrp, inter_layer_scores
 from vitprune.methods.star.schedule import (
     apply_keep_rates,
@@ -46,6 +42,11 @@ from vitprune.methods.star.schedule import (
     rho_for_macs,
 )
 from vitprune.recipe import RUN_MODEL_DIR
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.runs.stages import (
+    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
+)
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, on_main
 
@@ -65,13 +66,14 @@ class STARReport(RunReport):
     keep_rates: list[float]
     #: Average cosine similarity per block (``None``: hand-set rates need none).
     acs: list[float] | None
-    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`); ``top1`` holds
+    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.runs.stages.retention`); ``top1`` holds
     #: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and ``finetune_best``.
     retention: dict[str, float | None]
     config: dict[str, Any]
 
 
-def run_star(model: nn.Module, data: MethodData, config: STARConfig | None, ctx: RunContext) -> STARReport:
+@method_run
+def run_star(model: nn.Module, data: MethodData, config: STARConfig, ctx: RunContext) -> STARReport:
     """Token-prune a copy of ``model`` the STAR way, optionally fine-tune it; returns the report.
 
     The ACS and the LRP prior come from ``data.calibration`` (default ``data.train``; the CLI passes
@@ -80,8 +82,7 @@ def run_star(model: nn.Module, data: MethodData, config: STARConfig | None, ctx:
     ``ctx.run_dir/model``. Under torchrun (``ctx.dist``) each process passes over its share of the
     calibration images, the statistics are reduced over all of them, and only rank 0 writes files.
     """
-    config = config or STARConfig()
-    get_adapter(model, needs=config.requires, by="STAR")
+    get_adapter(model).require(*config.requires, by="STAR", without={"lrp": WITHOUT_LRP})
     config.validate()
     ctx.speed.validate()
     if config.target_macs is not None:
@@ -93,9 +94,7 @@ def run_star(model: nn.Module, data: MethodData, config: STARConfig | None, ctx:
         try:
             check_lrp(model)
         except UnsupportedArchitectureError as exc:
-            raise UnsupportedArchitectureError(f"{exc}; --attention-weight 1 (alpha 1 in a chain "
-                                               "file) ranks tokens by the online [CLS] attention alone, without the "
-                                               "LRP prior") from None
+            raise UnsupportedArchitectureError(f"{exc}; {WITHOUT_LRP}") from None
     run_dir, device, stages = open_run(model, ctx, seed=config.seed)
     progress, resume, dist = ctx.progress, ctx.resume, ctx.dist
     calibration = data.calibration_or_train
@@ -124,15 +123,15 @@ def run_star(model: nn.Module, data: MethodData, config: STARConfig | None, ctx:
     # What the blocks do: those without an attention head keep every token whatever the schedule gave them.
     rates = [view.token_keep_rate or 1.0 for view in get_adapter(pruned).blocks()]
     on_main(lambda: write_json(run_dir / SCHEDULE_FILE, {
-        "rho": rho, "anchor": config.anchor, "keep_rates": rates, "target_macs": config.target_macs,
+        "rho": rho, "anchor": config.anchor, "keep_rates": rates, "target_macs": json_ready(config.target_macs),
         "hand_set": config.rates is not None}))
     top1 = {"dense": dense_top1, **recover(
         stages, pruned, model, data.train, val_loader, config.finetune, val_set=data.val, distill=config.distill,
         alpha=config.distill_alpha, tau=config.tau, run_dir=run_dir / FINETUNE_DIR, device=device,
         progress=progress, resume=resume, dist=dist)}
     summary = {"rho": rho, "alpha": config.alpha, "adaptive": config.adaptive, "keep_rates": rates}
-    return finish_run(STARReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed, device=device,
-                      progress=progress, top1=top1, metadata={"star": summary},
+    return finish_run(STARReport, pruned, model, ctx, stages=stages, device=device, top1=top1,
+                      metadata={"star": summary},
                       footprint=_footprint(pruned, data.val, config), **summary, acs=acs, retention=retention(top1),
                       config=config.to_dict())
 

@@ -16,7 +16,8 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.errors import UnreachableTargetError, VitpruneError
-from vitprune.measure import count_macs
+from vitprune.measure import count_macs, format_count
+from vitprune.measure.target import MacTarget, goal, reach
 from vitprune.methods.star.config import ANCHORS
 from vitprune.surgery import prune_tokens, set_token_prior
 from vitprune.training.distributed import DistContext, all_reduce_sum
@@ -105,36 +106,30 @@ def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float, prio
                 set_token_prior(model, view.index, prior[view.index])
 
 
-def rho_for_macs(model: nn.Module, acs: list[float], target_macs: float, *, anchor: str = "paper",
+def rho_for_macs(model: nn.Module, acs: list[float], target: MacTarget, *, anchor: str = "paper",
                  tol: float = 1e-4) -> float:
-    """The largest ``ρ`` whose schedule costs at most ``target_macs`` (full convention, per image).
+    """The largest ``ρ`` whose schedule costs at most ``target`` (:func:`~vitprune.measure.target.reach`).
 
-    MACs are counted by :func:`vitprune.measure.count_macs` on a scratch copy with the schedule
-    applied, and do not decrease as ``ρ`` grows, so bisection finds it.
+    MACs are counted by :func:`vitprune.measure.count_macs` on a scratch copy with the schedule applied (in the
+    target's convention), and do not decrease as ``ρ`` grows, so bisection from ``ρ = 1`` (no pruning) towards
+    ``tol`` finds it within ``tol``.
     """
     def macs(rho: float) -> int:
         scratch = copy.deepcopy(model)
         apply_keep_rates(scratch, keep_rates(acs, rho, anchor=anchor), alpha=1.0)
-        return count_macs(scratch).macs
+        return count_macs(scratch, convention=target.convention).macs
 
-    low, high = tol, 1.0
-    if macs(low) > target_macs:
-        raise UnreachableTargetError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: pruning all but "
-                                     f"one patch token in every block still costs {macs(low) / 1e9:.3f} G")
-    if macs(high) <= target_macs:
-        return 1.0
-    while high - low > tol:
-        mid = (low + high) / 2
-        low, high = (mid, high) if macs(mid) <= target_macs else (low, mid)
-    return low
+    return reach(macs, target, model, 1.0, tol, what="STAR's keep-rate schedule", tol=tol)
 
 
-def check_reachable(model: nn.Module, target_macs: float) -> None:
-    """Fail before any data pass when no schedule can reach ``target_macs``: even keeping one patch token in
-    every block that can prune (a cheaper schedule than any ``ρ`` gives) costs more."""
+def check_reachable(model: nn.Module, target: MacTarget) -> None:
+    """Fail before any data pass when no schedule can reach ``target``, or it is at or above the model's MACs: even
+    keeping one patch token in every block that can prune (a cheaper schedule than any ``ρ`` gives) costs more."""
+    wanted, _ = goal(target, model)
     scratch = copy.deepcopy(model)
     apply_keep_rates(scratch, [1e-9] * len(get_adapter(scratch).blocks()), alpha=1.0)
-    floor = count_macs(scratch).macs
-    if target_macs < floor:
-        raise UnreachableTargetError(f"no keep-rate schedule reaches {target_macs / 1e9:.3f} GMACs: keeping one "
-                                     f"patch token in every block still costs {floor / 1e9:.3f} G")
+    floor = count_macs(scratch, convention=target.convention).macs
+    if wanted < floor:
+        raise UnreachableTargetError(f"STAR's keep-rate schedule cannot reach {format_count(wanted)} MACs per image "
+                                     f"({target.convention} convention); the nearest it reaches, one patch token in "
+                                     f"every block, is {format_count(floor)}")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
+from vitprune.measure.target import SPELLING, MacTarget
 from vitprune.training import KINDS, TrainConfig
 from vitprune.training.presets import get_preset
 
@@ -41,10 +42,11 @@ class VBPConfig(JsonRecord):
     #: Exactly one of ``ratio`` and ``target_macs`` is set (``ratio`` is ``None`` when the target is).
     ratio: float | None = setting(0.5, help="Share of all MLP hidden neurons to remove, ranked globally, e.g. 0.5.",
                                   short="-p", alternative=True)
-    #: Full-convention MACs per image: the fewest lowest-ranked neurons whose removal reaches them.
-    target_macs: float | None = setting(None, flag="--macs", scale=1e9, alternative=True,
-                                        help="Target GMACs per image (full convention): removes the fewest "
-                                             "lowest-ranked neurons that reach it.")
+    #: The fewest lowest-ranked neurons whose removal brings the model to this many full-convention MACs per image.
+    target_macs: MacTarget | None = setting(None, alternative=True, parse=MacTarget.parse, aliases=("--macs",),
+                                            alias_parse=MacTarget.from_gmacs,
+                                            help=f"MACs per image to reach (full convention): {SPELLING}; removes "
+                                                 "the fewest lowest-ranked neurons that reach it.")
     criterion: str = setting("variance", choices=CRITERIA,
                              help="Neuron score: variance is VBP; the rest are baselines (docs/vbp.md).")
     compensate: bool = setting(True, help="Fold the removed neurons' means into the next bias (mean-shift).")
@@ -67,12 +69,13 @@ class VBPConfig(JsonRecord):
     alpha: float = setting(_RECIPE.distill.alpha, help="Weight of the distillation term (1: distillation only).")
     tau: float = setting(_RECIPE.distill.tau, help="Distillation temperature.")
 
+    def __post_init__(self) -> None:
+        self.target_macs = MacTarget.coerce(self.target_macs)
+
     def validate(self) -> None:
         """Fail at once, before the statistics pass, on a setting a later stage would reject."""
         if (self.ratio is None) == (self.target_macs is None):
-            raise VitpruneError("give exactly one of ratio and target_macs (MACs; --macs in GMACs)")
-        if self.target_macs is not None and self.target_macs <= 0:
-            raise VitpruneError(f"the MAC target must be positive, got {self.target_macs:g}")
+            raise VitpruneError("give exactly one of ratio and target_macs (--target-macs)")
         if self.ratio is not None and not 0 < self.ratio < 1:
             raise VitpruneError(f"the pruning ratio must be in (0, 1), got {self.ratio}: 1 would remove every MLP "
                                 "neuron of the network")

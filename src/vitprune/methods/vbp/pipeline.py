@@ -25,18 +25,20 @@ from torch import nn
 
 from vitprune.adapters import get_adapter
 from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.config import json_ready
 from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
-from vitprune.methods.base import MethodData, RunContext
-from vitprune.methods.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
-from vitprune.methods.stages import (
-    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
-)
+from vitprune.measure.target import goal
 from vitprune.methods.vbp.config import REQUIRES, VBPConfig
 from vitprune.methods.vbp.criteria import neuron_scores
 from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_for_macs, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
 from vitprune.recipe import RUN_MODEL_DIR
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
+from vitprune.runs.stages import (
+    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
+)
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, broadcast_object
 
@@ -57,13 +59,14 @@ class VBPReport(RunReport):
     #: MLP hidden width per block (block index as a string), after pruning and before.
     widths: dict[str, int]
     widths_dense: dict[str, int]
-    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.methods.stages.retention`); ``top1`` holds
+    #: Each pruned top-1 as a share of the dense one (:func:`~vitprune.runs.stages.retention`); ``top1`` holds
     #: ``dense``, ``pruned`` (right after pruning) and, fine-tuned, ``finetuned`` and ``finetune_best``.
     retention: dict[str, float | None]
     config: dict[str, Any]
 
 
-def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig | None, ctx: RunContext) -> VBPReport:
+@method_run
+def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig, ctx: RunContext) -> VBPReport:
     """Prune a copy of ``model`` the VBP way (or by a baseline criterion), optionally fine-tune it; returns the report.
 
     Statistics and scores come from ``data.calibration`` (default ``data.train``; the CLI passes the
@@ -76,11 +79,12 @@ def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig | None, ctx: R
     rank 0 alone writes the files (on resume it reads them and sends them to the others).
     """
     get_adapter(model, needs=REQUIRES, by="VBP")
-    config = config or VBPConfig()
     config.validate()
     ctx.speed.validate()
-    if config.target_macs is not None and all(view.mlp.merged for view in get_adapter(model).blocks()):
-        raise UnreachableTargetError("no MLP has hidden neurons left to remove toward the MAC target")
+    if config.target_macs is not None:  # before the statistics pass: a target at or above the model's MACs
+        goal(config.target_macs, model)
+        if all(view.mlp.merged for view in get_adapter(model).blocks()):
+            raise UnreachableTargetError("no MLP has hidden neurons left to remove toward the MAC target")
     widths = [v.mlp.hidden_features for v in hidden_mlps(model)]
     if config.ratio is not None and removal_count(widths, config.ratio, rounding=config.rounding,
                                                   min_width=config.min_width) == sum(widths):
@@ -117,8 +121,8 @@ def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig | None, ctx: R
                "removed": count}
     widths = {name: {str(v.index): v.mlp.hidden_features for v in hidden_mlps(m)}
               for name, m in (("dense", model), ("pruned", pruned))}
-    return finish_run(VBPReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed, device=device,
-                      progress=progress, top1=top1, metadata={"vbp": summary}, **summary, widths=widths["pruned"],
+    return finish_run(VBPReport, pruned, model, ctx, stages=stages, device=device, top1=top1,
+                      metadata={"vbp": summary}, **summary, widths=widths["pruned"],
                       widths_dense=widths["dense"], retention=retention(top1), config=config.to_dict())
 
 
@@ -132,7 +136,7 @@ def _statistics(model: nn.Module, loader, path: Path, progress: bool, resume: bo
 def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, config: VBPConfig, run_dir: Path,
             progress: bool, resume: bool, dist: DistContext | None) -> dict[int, list[int]]:
     path = run_dir / SELECTION_FILE
-    decision = {"criterion": config.criterion, "ratio": config.ratio, "target_macs": config.target_macs,
+    decision = {"criterion": config.criterion, "ratio": config.ratio, "target_macs": json_ready(config.target_macs),
                 "rounding": config.rounding,
                 "min_width": config.min_width, "seed": config.seed}
 

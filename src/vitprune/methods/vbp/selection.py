@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.errors import UnreachableTargetError, VitpruneError
+from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs
+from vitprune.measure.target import MacTarget, reach
 from vitprune.methods.vbp.config import ROUNDINGS
 from vitprune.methods.vbp.statistics import NeuronStats
 from vitprune.surgery import compensate_mean_shift, prune_mlp_neurons
@@ -61,40 +62,31 @@ def select_count(scores: dict[int, torch.Tensor], count: int, *, min_width: int 
     return {b: sorted(r) for b, r in removed.items()}
 
 
-def select_for_macs(model: nn.Module, scores: dict[int, torch.Tensor], macs: float, *, min_width: int = 0,
+def select_for_macs(model: nn.Module, scores: dict[int, torch.Tensor], target: MacTarget, *, min_width: int = 0,
                     cost: Callable[[nn.Module], float] | None = None) -> dict[int, list[int]]:
     """The fewest lowest-scored neurons (ranked as :func:`select_neurons` ranks them) whose removal brings ``model``
-    to at most ``macs`` by ``cost`` (default: full-convention MACs per image); a target no removal reaches, or one
-    that would empty every MLP, is one line. Removing nothing is the answer for a model already within it."""
-    cost = cost or (lambda m: count_macs(m).macs)
+    to at most ``target`` by ``cost`` (default: MACs per image in the target's convention) :func:`~vitprune.measure.
+    target.reach` finds them, so a target at or above the model's own cost, or one no removal reaches (every MLP
+    left a constant, which VBP refuses, at most), is one line."""
+    measure = cost or (lambda m: count_macs(m, convention=target.convention).macs)
     # Every neuron of the network gone leaves every MLP a constant, which VBP refuses.
     most = sum(max(0, len(s) - min_width) for s in scores.values()) - (min_width == 0)
+    known: dict[float, float] = {}
 
-    def after(count: int) -> float:
-        work = copy.deepcopy(model)
-        prune_by_selection(work, select_count(scores, count, min_width=min_width))
-        return cost(work)
+    def after(count: float) -> float:
+        if count not in known:
+            work = copy.deepcopy(model)
+            prune_by_selection(work, select_count(scores, int(count), min_width=min_width))
+            known[count] = measure(work)
+        return known[count]
 
-    none = cost(model)
-    if none <= macs:
-        return select_count(scores, 0)
-    full = after(most)
-    if full > macs:
-        raise UnreachableTargetError(f"no removal of MLP neurons reaches {macs / 1e9:.4g} GMACs: the model costs "
-                            f"{none / 1e9:.4g}, and {full / 1e9:.4g} with all but {min_width or 1} of its neurons "
-                            f"{'per MLP ' if min_width else ''}removed")
-    # cost(high) <= macs < cost(low). Neurons of a plain ViT all cost the same, so interpolation brackets the count
-    # at once; the bracket widens where they do not.
-    guess = math.ceil((none - macs) / (none - full) * most)
-    low, high, step = max(0, guess - 1), min(most, guess + 1), 2
-    while low > 0 and after(low) <= macs:
-        low, step = max(0, low - step), 2 * step
-    while after(high) > macs:
-        high, step = min(most, high + step), 2 * step
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if after(mid) <= macs else (mid, high)
-    return select_count(scores, high, min_width=min_width)
+    none = measure(model)
+    # Neurons of a plain ViT all cost the same, so interpolation lands next to the count at once.
+    wanted, full = target.of(none), after(most)
+    guess = (none - wanted) / (none - full) * most if full < none else None
+    count = reach(after, target, model, 0, most, what="VBP's neuron removal", dense=none, integer=True,
+                  guess=None if guess is None else math.ceil(guess))
+    return select_count(scores, int(count), min_width=min_width)
 
 
 def prune_by_selection(model: nn.Module, removed: dict[int, list[int]],

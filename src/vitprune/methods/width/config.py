@@ -8,6 +8,7 @@ from typing import Any
 from vitprune.config import SEED_HELP, JsonRecord, setting
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS
+from vitprune.measure.target import SPELLING, MacTarget
 
 #: Importance criteria, by name: what each ranks a channel group by.
 IMPORTANCES: dict[str, str] = {
@@ -41,10 +42,11 @@ class WidthConfig(JsonRecord):
     #: Exactly one of ``ratio`` and ``target_macs`` is set.
     ratio: float | None = setting(None, short="-p", alternative=True, help="torch-pruning's channel ratio, e.g. 0.5.")
     #: MACs per image in ``convention``, reached by bisection on the ratio.
-    target_macs: float | None = setting(None, flag="--macs", scale=1e9, alternative=True,
-                                        help="Target GMACs per image (in --convention), found by bisection on the "
-                                             "ratio.")
-    convention: str = setting("full", choices=CONVENTIONS, help="MAC convention of --macs: full (with attention "
+    target_macs: MacTarget | None = setting(None, alternative=True, parse=MacTarget.parse, aliases=("--macs",),
+                                            alias_parse=MacTarget.from_gmacs,
+                                            help=f"MACs per image to reach (in --convention): {SPELLING}; found by "
+                                                 "bisection on the ratio.")
+    convention: str = setting("full", choices=CONVENTIONS, help="MAC convention of --target-macs: full (with attention "
                                                                 "matmuls), linear (Linear/Conv only) or tp "
                                                                 "(torch-pruning's counter, as the HetDPT+ and "
                                                                 "Isomorphic Pruning tables count).")
@@ -79,10 +81,15 @@ class WidthConfig(JsonRecord):
         return {"importance": self.importance, "heads": self.heads, "head_dims": self.head_dims, "embed": self.embed,
                 "isomorphic": self.isomorphic, "round_to": self.round_to}
 
+    def __post_init__(self) -> None:
+        # The target counts in the config's convention; an unknown convention is validate's to name.
+        if self.convention in CONVENTIONS:
+            self.target_macs = MacTarget.coerce(self.target_macs, convention=self.convention)
+
     def validate(self) -> None:
         """Fail at once, before torch-pruning plans, on a setting it would reject."""
         if (self.ratio is None) == (self.target_macs is None):
-            raise VitpruneError("give exactly one of ratio and target_macs (MACs; --macs in GMACs)")
+            raise VitpruneError("give exactly one of ratio and target_macs (--target-macs)")
         if self.ratio is not None and not 0 <= self.ratio < 1:
             raise VitpruneError(f"width ratio must be in [0, 1), got {self.ratio}")
         for name, allowed in (("convention", CONVENTIONS), ("importance", IMPORTANCES)):

@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from vitprune.adapters import get_adapter
-from vitprune.errors import UnreachableTargetError, UnsupportedArchitectureError, VitpruneError
+from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
+from vitprune.measure.target import MacTarget, reach
 from vitprune.methods.width.config import IMPORTANCES, WIDTH_WITHOUT, check_attention_shares, width_requirements
 from vitprune.surgery import prune_embed_dims, prune_head_dims, prune_heads, prune_mlp_neurons
 from vitprune.training.distributed import all_reduce_sum
@@ -252,47 +253,28 @@ def prune_width(model: nn.Module, ratio: float, **options: Any) -> WidthPlan:
     return plan
 
 
-def prune_width_to_macs(model: nn.Module, macs: float, *, convention: str = "full", steps: int = 14,
+def prune_width_to_macs(model: nn.Module, target: MacTarget, *, steps: int = 14,
                         **options: Any) -> tuple[float, WidthPlan]:
-    """Prune ``model`` in place at the smallest ratio whose result costs at most ``macs`` (in ``convention``).
+    """Prune ``model`` in place at the smallest ratio whose result costs at most ``target`` (counted in its
+    convention).
 
-    The ratio is found by bisection over ``[0, 0.95]``, planning on copies (``options`` as for
-    :func:`plan_width`); a ratio that would remove every head of a block counts as too far (the heads
-    removed only grow with the ratio). Returns the ratio and its plan. A target below what ratio 0.95 (or
-    the largest ratio that leaves every block a head) reaches, or at or above the model's own MACs, is a
-    :class:`VitpruneError`.
+    The ratio is found by bisection over ``[0, 0.95]`` (:func:`~vitprune.measure.target.reach`), planning on copies
+    (``options`` as for :func:`plan_width`); a ratio that would remove every head of a block counts as too far (the
+    heads removed only grow with the ratio). Returns the ratio and its plan. A target at or above the model's own
+    MACs is one line; one below what ratio 0.95 (or the largest ratio that leaves every block a head) reaches is an
+    :class:`~vitprune.errors.UnreachableTargetError`.
     """
-    have = count_macs(model, convention=convention).macs
-    if macs >= have:
-        raise VitpruneError(f"target {macs / 1e9:.3g} GMACs is not below the model's {have / 1e9:.3g} GMACs "
-                            f"({convention} convention)")
+    plans: dict[float, WidthPlan] = {}
 
-    def cost(ratio: float) -> tuple[int | None, WidthPlan | None]:
+    def cost(ratio: float) -> int | None:
         trial = copy.deepcopy(model)
         try:
-            plan = prune_width(trial, ratio, **options)
+            plans[ratio] = prune_width(trial, ratio, **options)
         except NoHeadLeftError:
-            return None, None
-        return count_macs(trial, convention=convention).macs, plan
+            return None
+        return count_macs(trial, convention=target.convention).macs
 
-    low, high = 0.0, 0.95
-    reached, plan = cost(high)
-    if reached is not None and reached > macs:
-        raise UnreachableTargetError(f"target {macs / 1e9:.3g} GMACs is out of reach: width ratio {high} still "
-                                     f"costs {reached / 1e9:.3g} GMACs ({convention} convention)")
-    found = high if plan is not None else None
-    for _ in range(steps):
-        mid = (low + high) / 2
-        reached_mid, plan_mid = cost(mid)
-        if reached_mid is None or reached_mid <= macs:
-            high = mid
-            if plan_mid is not None:
-                found, plan = mid, plan_mid
-        else:
-            low = mid
-    if plan is None:
-        raise UnreachableTargetError(f"target {macs / 1e9:.3g} GMACs is out of reach: every width ratio that "
-                                     f"reaches it removes every head of some block ({convention} convention); lower "
-                                     "heads")
-    apply_width(model, plan)
-    return found, plan
+    found = reach(cost, target, model, 0.0, 0.95, what="width pruning", steps=steps,
+                  beyond="every width ratio that reaches it removes every head of some block; lower heads")
+    apply_width(model, plans[found])
+    return found, plans[found]

@@ -7,7 +7,6 @@ import copy
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,11 +15,11 @@ from torch.utils.data import Dataset
 
 from vitprune.data import build_loader
 from vitprune.errors import VitpruneError
-from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.report import Report
-from vitprune.methods.stages import save_and_time
 from vitprune.methods.width.config import WidthConfig
 from vitprune.methods.width.isomorphic import apply_width, plan_width, prune_width_to_macs, taylor_gradients
+from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.report import Report
+from vitprune.runs.stages import finish_edit, open_model_out
 from vitprune.training.distributed import DistContext, all_reduce_sum
 
 #: The key of the report in the saved model's metadata.
@@ -54,46 +53,42 @@ class WidthReport(Report):
     speed: dict[str, Any] | None
 
 
-def run_width(model: nn.Module, config: WidthConfig, *, out: str | Path, train_set: Dataset | None = None,
-              name: str | None = None, speed: SpeedConfig = SpeedConfig(), device: torch.device | str | None = None,
-              progress: bool = False, dist: DistContext | None = None) -> WidthReport:
-    """Width-prune a copy of ``model`` at ``config.ratio`` or to ``config.target_macs`` MACs per image (in
-    ``config.convention``), as :func:`~vitprune.methods.width.plan_width` plans with the other settings, save it to
-    ``out`` and time it against ``model``; returns the report (``name``: the starting checkpoint's, for the report).
-    ``taylor`` importance takes ``config.taylor_batches`` shuffled batches of ``config.taylor_batch_size`` from
-    ``train_set`` (give it the evaluation transform: the ranking should not depend on augmentation); their
-    gradients are summed once and serve every plan. Under torchrun (``dist``) each process takes every
-    ``world_size``-th of those batches and the gradients are summed over the processes, so every process plans
-    what one process would; rank 0 alone saves and times."""
+@method_run
+def run_width(model: nn.Module, data: MethodData, config: WidthConfig, ctx: RunContext) -> WidthReport:
+    """Width-prune a copy of ``model`` at ``config.ratio`` or to ``config.target_macs`` (a
+    :class:`~vitprune.measure.MacTarget`, in ``config.convention``), as :func:`~vitprune.methods.width.plan_width`
+    plans with the other settings, save it to ``ctx.run_dir`` and time it against ``model``; returns the report
+    (``ctx.name``: the starting checkpoint's, for the report). ``taylor`` importance takes ``config.taylor_batches``
+    shuffled batches of ``config.taylor_batch_size`` from ``data.calibration`` (default ``data.train``; give it the
+    evaluation transform: the ranking should not depend on augmentation); their gradients are summed once and serve
+    every plan. Under torchrun each process takes every ``world_size``-th of those batches and the gradients are
+    summed over the processes, so every process plans what one process would; rank 0 alone saves and times."""
     config.validate()
-    speed.validate()
+    ctx.speed.validate()
+    train_set = data.calibration_or_train
     if config.importance == "taylor" and train_set is None:
-        raise VitpruneError("taylor importance needs a training set")
-    if device is None and dist is not None:
-        device = dist.device
+        raise VitpruneError("taylor importance needs training images (--data)")
+    open_model_out(ctx)
     options = config.plan_options()
     pruned = copy.deepcopy(model)
     taylor_images = None
     if config.importance == "taylor":
         sizes: list[int] = []
         options["gradients"] = taylor_gradients(
-            pruned, _taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size, config.seed, dist,
-                                    sizes))
+            pruned, _taylor_batches(train_set, config.taylor_batches, config.taylor_batch_size, config.seed,
+                                    ctx.dist, sizes))
         taylor_images = int(all_reduce_sum(torch.tensor(sum(sizes))).item())
-    ratio, target_macs = config.ratio, config.target_macs
-    if target_macs is not None:
-        ratio, plan = prune_width_to_macs(pruned, target_macs, convention=config.convention, **options)
+    ratio, target = config.ratio, config.target_macs
+    if target is not None:
+        ratio, plan = prune_width_to_macs(pruned, target, **options)
     else:
         plan = plan_width(pruned, ratio, **options)
         apply_width(pruned, plan)
     options.pop("gradients", None)
-    report = WidthReport(model=name, out=str(out), ratio=ratio,
-                         target_gmacs=None if target_macs is None else target_macs / 1e9,
-                         convention=config.convention, options=options,
-                         taylor_images=taylor_images, plan=plan.to_dict(),
-                         before=count_macs(model, convention=config.convention).totals(),
-                         after=count_macs(pruned, convention=config.convention).totals(), speed=None)
-    return save_and_time(report, METADATA_KEY, pruned, model, speed, device=device, progress=progress)
+    return finish_edit(WidthReport, METADATA_KEY, pruned, model, ctx, ratio=ratio,
+                       target_gmacs=None if target is None else target.resolve(model) / 1e9,
+                       convention=config.convention, options=options, taylor_images=taylor_images,
+                       plan=plan.to_dict())
 
 
 def _taylor_batches(train_set: Dataset, batches: int, batch_size: int, seed: int, dist: DistContext | None,

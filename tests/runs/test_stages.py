@@ -11,7 +11,7 @@ from torch.utils.data import Subset
 
 import vitprune
 from vitprune.data import DigitsDataset, build_loader
-from vitprune.methods.stages import Stages, cached, recover
+from vitprune.runs.stages import Stages, cached, recover
 from vitprune.training import TrainConfig
 from vitprune.training.engine import METRICS_FILE
 
@@ -58,7 +58,7 @@ def test_the_best_epoch_of_a_resumed_recovery_counts_the_epochs_before_the_inter
 def test_a_resumed_run_must_start_from_the_same_weights(tmp_path):
     """Stage files are computed from the starting weights: another seed's random model may not resume them."""
     from vitprune.errors import VitpruneError
-    from vitprune.methods.stages import START_FILE, prepare_run_dir, weights_fingerprint
+    from vitprune.runs.stages import START_FILE, prepare_run_dir, weights_fingerprint
 
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=1)
@@ -78,7 +78,7 @@ def test_a_resumed_run_must_start_from_the_same_weights(tmp_path):
 
 
 def test_the_fingerprint_takes_scalar_buffers_and_tells_weights_apart():
-    from vitprune.methods.stages import weights_fingerprint
+    from vitprune.runs.stages import weights_fingerprint
 
     model = torch.nn.BatchNorm1d(3)  # num_batches_tracked: a 0-d int64 buffer
     before = weights_fingerprint(model)

@@ -1,8 +1,8 @@
 """A method registered from outside vitprune: random FFN-neuron pruning, as a user's package would add one.
 
 It touches the model only through vitprune's public parts (the adapter's block views, a registered surgery edit,
-the run's shared tail ``finish_run``), and reaches the command line and chains by registering itself: nothing in ``cli/`` or ``methods/chain.py``
-names it.
+the run's shared start ``open_run`` and tail ``finish_run``), and reaches the command line and chains by registering
+itself: nothing in ``cli/`` or ``runs/`` names it.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import torch
 import vitprune
 from vitprune.config import setting
 from vitprune.data import build_loader
-from vitprune.methods.base import Method, MethodData, RunContext, register_method
-from vitprune.methods.report import RunReport
-from vitprune.methods.stages import Stages, finish_run, prepare_run_dir
+from vitprune.runs import ChainStep, CommandLine, Method, MethodData, RunContext, method_run, register_method
+from vitprune.runs.report import RunReport
+from vitprune.runs.stages import finish_run, open_run
 from vitprune.surgery import prune_mlp_neurons
 from vitprune.training import evaluate
 
@@ -45,31 +45,34 @@ def random_removal(model: torch.nn.Module, config: RandomNeuronsConfig) -> dict[
     return removed
 
 
-class RandomNeurons(Method):
+@method_run
+def run_random_neurons(model: torch.nn.Module, data: MethodData, config: RandomNeuronsConfig,
+                       ctx: RunContext) -> RandomNeuronsReport:
+    """The toy method's entry point: remove the drawn neurons of a copy of ``model``, report and save it."""
+    run_dir, device, stages = open_run(model, ctx, seed=config.seed)
+    val = build_loader(data.val, 64, shuffle=False, seed=0)
+    pruned = copy.deepcopy(model)
+    removed = random_removal(model, config)
+    for block, gone in removed.items():
+        width = vitprune.get_adapter(pruned).block(block).mlp.hidden_features
+        prune_mlp_neurons(pruned, block, [i for i in range(width) if i not in set(gone)])
+    top1 = {"dense": evaluate(model, val)["top1"], "pruned": evaluate(pruned, val)["top1"]}
+    gone = {str(b): blocks for b, blocks in removed.items()}
+    return finish_run(RandomNeuronsReport, pruned, model, ctx, stages=stages, device=device, top1=top1,
+                      metadata={NAME: gone}, removed=gone)
+
+
+class RandomNeurons(Method, CommandLine, ChainStep):
     name = NAME
     title = "random neuron pruning"
-    help = "Random FFN-neuron pruning (a toy method registered by the tests)."
     config = RandomNeuronsConfig
+    entry = f"{__name__}:run_random_neurons"
     data = ("val",)
+    help = "Random FFN-neuron pruning (a toy method registered by the tests)."
     summary = ("removed",)
 
     def requires(self, config: RandomNeuronsConfig) -> tuple[str, ...]:
         return ("ffn_width",)
-
-    def run(self, model: torch.nn.Module, data: MethodData, config: RandomNeuronsConfig,
-            ctx: RunContext) -> RandomNeuronsReport:
-        run_dir = prepare_run_dir(ctx.run_dir, ctx.resume, start=model, seed=config.seed)
-        stages = Stages(ctx.log)
-        val = build_loader(data.val, 64, shuffle=False, seed=0)
-        pruned = copy.deepcopy(model)
-        removed = random_removal(model, config)
-        for block, gone in removed.items():
-            width = vitprune.get_adapter(pruned).block(block).mlp.hidden_features
-            prune_mlp_neurons(pruned, block, [i for i in range(width) if i not in set(gone)])
-        top1 = {"dense": evaluate(model, val)["top1"], "pruned": evaluate(pruned, val)["top1"]}
-        gone = {str(b): blocks for b, blocks in removed.items()}
-        return finish_run(RandomNeuronsReport, pruned, model, run_dir=run_dir, stages=stages, speed=ctx.speed,
-                          device=torch.device("cpu"), progress=False, top1=top1, metadata={NAME: gone}, removed=gone)
 
 
 def register() -> RandomNeurons:

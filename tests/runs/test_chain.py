@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -15,11 +16,11 @@ import vitprune
 from vitprune.data import balanced_subset, build_dataset
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
-from vitprune.methods.base import get_method
-from vitprune.methods.chain import (
-    CHAIN_FILE, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, Step, check_chain, hetdpt_plus_steps, load_chain, step_methods,
-    parse_chain, run_chain,
-)
+from vitprune.methods.hetdpt.method import hetdpt_plus_steps
+from vitprune.runs import ChainConfig, MethodData, RunContext
+from vitprune.runs.chain import CHAIN_FILE, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, run_chain
+from vitprune.runs.method import get_method, step_methods
+from vitprune.runs.steps import Step, check_chain, load_chain, parse_chain
 from vitprune.surgery import prune_depth, token_pruning_blocks
 
 pytest.importorskip("torch_pruning")
@@ -40,9 +41,11 @@ def setting():
 
 
 def _run(setting, steps, run_dir, **kwargs):
+    """``steps`` (a parsed chain, or a list of steps) run as a chain without its ONNX check."""
     model, train, val = setting
-    return run_chain(model, train, val, steps, run_dir=run_dir, speed=SpeedConfig(batch_size=2, pairs=3), onnx=False,
-                     **kwargs)
+    config = steps if isinstance(steps, ChainConfig) else ChainConfig(steps)
+    return run_chain(model, MethodData(train, val), dataclasses.replace(config, onnx=False),
+                     RunContext(run_dir, speed=SpeedConfig(batch_size=2, pairs=3), **kwargs))
 
 
 FOUR_STEPS = [
@@ -86,7 +89,7 @@ def test_steps_apply_in_order_and_equal_the_methods_run_by_hand(setting, tmp_pat
 @pytest.mark.slow
 def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_path, monkeypatch):
 
-    steps = parse_chain(FOUR_STEPS[:2] + [{"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32}])
+    steps = parse_chain(FOUR_STEPS[:2] + [{"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 32}]).steps
     first = _run(setting, steps, tmp_path)
     # Forget that the fine-tune step finished, and make the first two steps unrunnable: resuming must reload them.
     (tmp_path / STEPS_DIR / "03-finetune" / STEP_FILE).unlink()
@@ -152,7 +155,7 @@ def test_a_hetdpt_plus_step_is_the_chain_hetdpt_plus_runs():
     assert set(get_method("hetdpt+").requires(plus)) == {"attention_removal", "activation_removal",
                                                           "output_activation", "gates", "ffn_width", "head_width",
                                                           "embed_width"}
-    with pytest.raises(VitpruneError, match="hetdpt\\+ step: target_macs must be a number"):
+    with pytest.raises(VitpruneError, match="hetdpt\\+ step: target_macs .* is missing"):
         get_method("hetdpt+").configure({"budget": 2}, "digits")
 
 
@@ -227,7 +230,7 @@ def test_bad_chains_fail_before_anything_runs(steps, message):
 def test_chain_files_and_the_documented_methods(tmp_path):
     path = tmp_path / "chain.json"
     path.write_text('{"steps": [{"method": "depth", "attention": [0]}, {"method": "star", "target_macs": 1e7}]}')
-    assert load_chain(path) == [Step("depth", {"attention": [0]}), Step("star", {"target_macs": 1e7})]
+    assert load_chain(path).steps == [Step("depth", {"attention": [0]}), Step("star", {"target_macs": 1e7})]
     path.write_text("[{")
     with pytest.raises(VitpruneError, match="not valid JSON"):
         load_chain(path)
@@ -257,15 +260,49 @@ def test_a_step_the_family_cannot_take_is_refused_before_any_step_runs(tmp_path)
     steps = parse_chain([{"method": "vbp", "ratio": 0.3}, {"method": "star", "rho": 0.7, "alpha": 1.0}])
     with pytest.raises(UnsupportedArchitectureError, match=r"step 2 \(star\): STAR needs to prune tokens, which "
                                                            "vitprune cannot do on timm-convnext models"):
-        run_chain(model, None, None, steps, run_dir=tmp_path / "run")
+        run_chain(model, MethodData(), steps, RunContext(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
 
 def test_a_steps_batch_scales_its_presets_learning_rate():
     """A step that sets its batch but not its lr gets its preset's lr scaled with the batch (HiAP's 5e-5 is for batch
     256); an lr given is kept."""
-    (run,) = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64}]))
+    (run,) = parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64}]).configs()
     train = run.train
     assert train.batch_size == 64 and train.lr == pytest.approx(5e-5 * 64 / 256)
-    (run,) = check_chain(parse_chain([{"method": "hiap", "epochs": 1, "batch_size": 64, "lr": 1e-3}]))
+    (run,) = check_chain([Step("hiap", {"epochs": 1, "batch_size": 64, "lr": 1e-3})])
     assert run.train.lr == 1e-3
+
+
+def test_a_chain_seeds_its_steps_and_trains_on_its_own_subset(setting, tmp_path):
+    """The chain's seed fills every step that names none, its file records each step with its seed, and its
+    training subset is the class-balanced draw under that seed: the same run as handing the steps that subset."""
+    model, train, val = setting
+    steps = [{"method": "vbp", "ratio": 0.3, "calibration_images": 32, "calibration_batch": 16},
+             {"method": "finetune", "epochs": 1, "lr": 1e-3, "batch_size": 16}]
+    chain = parse_chain({"seed": 3, "train_images": 40, "steps": steps}, onnx=False)
+    # VBP's statistics come from every calibration image (the training images without augmentation): only the
+    # training images are the chain's subset.
+    plain = balanced_subset(build_dataset("digits", "train", input_size=vitprune.get_adapter(model).input_size,
+                                          is_training=False), 96, seed=0)
+    report = run_chain(model, MethodData(train, val, plain), chain,
+                       RunContext(tmp_path / "a", speed=SpeedConfig(enabled=False)))
+    document = json.loads((tmp_path / "a" / CHAIN_FILE).read_text())
+    assert document == {"seed": 3, "train_images": 40, "preset": "imagenet",
+                        "steps": [{**step, "seed": 3} for step in steps]}
+    assert report.chain == document["steps"] and parse_chain(document).to_dict() == document
+    subset = balanced_subset(train, 40, seed=3)
+    by_hand = run_chain(model, MethodData(subset, val, plain), parse_chain(steps, seed=3, onnx=False),
+                        RunContext(tmp_path / "b", speed=SpeedConfig(enabled=False)))
+    assert_same_weights(vitprune.load(report.model_dir), vitprune.load(by_hand.model_dir))
+    # Its finished steps ran under seed 3: a resume under another is refused.
+    with pytest.raises(VitpruneError, match="finished steps with another seed"):
+        run_chain(model, MethodData(train, val, plain), dataclasses.replace(chain, seed=4),
+                  RunContext(tmp_path / "a", resume=True))
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    """Bit for bit."""
+    first, second = a.state_dict(), b.state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)

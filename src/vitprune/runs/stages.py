@@ -18,14 +18,16 @@ from vitprune.atomic import check_writable, read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, compare_speed, count_macs
-from vitprune.methods.report import REPORT_FILE, EditReport, RunReport
 from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.runs.report import REPORT_FILE, EditReport, RunReport
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main, shard_dataset
 from vitprune.training.engine import logged_epochs
 
+from vitprune.runs.context import check_target
+
 if TYPE_CHECKING:
-    from vitprune.methods.base import RunContext
+    from vitprune.runs.context import RunContext
 
 T = TypeVar("T")
 E = TypeVar("E", bound=EditReport)
@@ -60,27 +62,40 @@ def time_against(stages: Stages, pruned: nn.Module, original: nn.Module, speed: 
         progress=progress).to_dict()))
 
 
-def save_and_time(report: E, key: str, pruned: nn.Module, original: nn.Module, speed: SpeedConfig, *,
-                  device: torch.device | str | None, progress: bool) -> E:
-    """Save ``pruned`` to ``report.out`` with ``report`` (but for its speed) under ``key`` in the metadata, then time
-    it against ``original`` as ``speed`` says (on ``device``, default ``original``'s) into ``report.speed``. Under
-    torchrun rank 0 saves and times; every rank gets the figures."""
-    on_main(lambda: save(pruned, report.out,
+def finish_edit(cls: type[E], key: str, edited: nn.Module, original: nn.Module, ctx: RunContext, **fields: Any) -> E:
+    """The tail of an edit saved as one model (depth and width pruning, a merge): its report (``cls`` with the
+    starting checkpoint's name, where it went, the edit's own ``fields`` and both models counted in the report's
+    ``convention``, default full), ``edited`` saved to ``ctx.run_dir`` with that report (but for its speed) under
+    ``key`` in the metadata, then timed against ``original`` as ``ctx.speed`` says. Under torchrun rank 0 saves and
+    times; every rank gets the figures."""
+    convention = fields.get("convention", "full")
+    report = cls(model=ctx.name, out=str(ctx.run_dir), **fields,
+                 before=count_macs(original, convention=convention).totals(),
+                 after=count_macs(edited, convention=convention).totals(), speed=None)
+    on_main(lambda: save(edited, report.out,
                          metadata={key: {k: v for k, v in report.to_dict().items() if k != "speed"}}))
-    device = torch.device(device) if device is not None else next(original.parameters()).device
-    report.speed = time_against(Stages(), pruned, original, speed, device=device, progress=progress)
+    report.speed = time_against(Stages(), edited, original, ctx.speed, device=ctx.device_for(original),
+                                progress=ctx.progress)
     return report
 
 
-def finish_run(cls: type[RR], pruned: nn.Module, dense: nn.Module, *, run_dir: Path, stages: Stages,
-               speed: SpeedConfig, device: torch.device, progress: bool, top1: dict[str, Any],
-               metadata: dict[str, Any], footprint: dict[str, Any] | None = None, **fields: Any) -> RR:
-    """The tail of every run: save ``pruned`` to ``run_dir/model`` with ``metadata``, time it against ``dense`` as
-    ``speed`` says, count both (``footprint``: the result's own count, else :func:`~vitprune.measure.count_macs`'s)
-    and write the report (``cls`` with the method's own ``fields``) to ``run_dir/report.json``. Under torchrun rank 0
-    saves, times and writes; every rank returns the same report."""
+def open_model_out(ctx: RunContext) -> None:
+    """Start the run of a method whose output is one model (``ctx.run_dir``): a model already there is refused
+    unless ``ctx.overwrite`` (checked again here, holding the claim: another process may have written it since the
+    command looked)."""
+    check_target(ctx.run_dir, ctx.overwrite, "--out")
+
+
+def finish_run(cls: type[RR], pruned: nn.Module, dense: nn.Module, ctx: RunContext, *, stages: Stages,
+               device: torch.device, top1: dict[str, Any], metadata: dict[str, Any],
+               footprint: dict[str, Any] | None = None, **fields: Any) -> RR:
+    """The tail of every run: save ``pruned`` to ``ctx.run_dir/model`` with ``metadata``, time it against ``dense``
+    as ``ctx.speed`` says, count both (``footprint``: the result's own count, else
+    :func:`~vitprune.measure.count_macs`'s) and write the report (``cls`` with the method's own ``fields``) to
+    ``ctx.run_dir/report.json``. Under torchrun rank 0 saves, times and writes; every rank returns the same report."""
+    run_dir = ctx.run_dir
     on_main(lambda: save(pruned, run_dir / RUN_MODEL_DIR, metadata=metadata))
-    timing = time_against(stages, pruned, dense, speed, device=device, progress=progress)
+    timing = time_against(stages, pruned, dense, ctx.speed, device=device, progress=ctx.progress)
     report = cls(top1=top1, dense=count_macs(dense).totals(), pruned=footprint or count_macs(pruned).totals(),
                  mac_conventions=CONVENTIONS, speed=timing, seconds=stages.seconds,
                  model_dir=str(run_dir / RUN_MODEL_DIR), **fields)

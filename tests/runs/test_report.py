@@ -8,15 +8,15 @@ from dataclasses import fields
 import pytest
 
 from vitprune.errors import VitpruneError
-from vitprune.methods.chain import ChainReport
 from vitprune.methods.depth import DepthReport
 from vitprune.methods.hetdpt.pipeline import HetDPTReport
 from vitprune.methods.hiap import HiAPReport
 from vitprune.methods.star.pipeline import STARReport
 from vitprune.methods.vbp.pipeline import VBPReport
 from vitprune.methods.width.pipeline import WidthReport
+from vitprune.runs.chain import ChainReport
 
-#: What every run measured (:class:`~vitprune.methods.report.RunReport`), first in each run's report.
+#: What every run measured (:class:`~vitprune.runs.report.RunReport`), first in each run's report.
 _MEASURED = ["top1", "dense", "pruned", "mac_conventions", "speed", "seconds", "model_dir"]
 
 #: ``report.json``'s keys, in order: the measured ones, then the method's own; for depth and width pruning, the keys

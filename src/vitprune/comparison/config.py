@@ -1,0 +1,78 @@
+"""What a comparison is asked, without torch: its targets, its budget, its arms and its seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vitprune.comparison.budget import BUDGETS, CompareBudget, get_budget
+from vitprune.comparison.report import Target
+from vitprune.config import SEED_HELP, setting
+from vitprune.errors import VitpruneError
+from vitprune.measure.config import SpeedConfig
+from vitprune.measure.target import SPELLING, MacTarget
+from vitprune.training.config import TRAINING_HELP
+
+
+@dataclass
+class CompareConfig:
+    """One comparison: every arm (``arms``: those named; default every one) at each MAC target (``target_macs``, full
+    convention) and measured speedup (``speedup``), on a :data:`~vitprune.comparison.budget.BUDGETS` budget (or a
+    :class:`~vitprune.comparison.budget.CompareBudget`; ``epochs`` and ``train_images`` change its recovery's length
+    and its training subset), everything drawn under ``seed``. ``model`` and ``data`` are how the commands that
+    reproduce an arm name the model and the data."""
+
+    target_macs: list[MacTarget] = setting(default_factory=list, parse=MacTarget.parse, aliases=("--macs",),
+                                           help=f"MACs per image to reach (full convention): {SPELLING}; several, "
+                                                "comma-separated.")
+    speedup: list[float] = setting(default_factory=list, help="Speedups over MODEL to reach, measured on this "
+                                                                  "machine (--speed-batch, --repeats), e.g. 1.5; "
+                                                                  "several, comma-separated.")
+    budget: str | CompareBudget = setting("quick", choices=BUDGETS, help=(
+        "quick (1 recovery epoch on 2,000 images; minutes on a CPU for a small model), standard (10 epochs on every "
+        "image) or paper (the HetDPT paper's 400-epoch DeiT recipe, each search at its paper's settings)."))
+    epochs: int | None = setting(None, min=1, help=TRAINING_HELP["epochs"])
+    train_images: int | None = setting(None, min=1, help="Class-balanced training images every arm trains on, drawn "
+                                                         "with --seed (default: the budget's; quick 2,000, the others "
+                                                         "all).")
+    arms: list[str] | None = setting(None, help="Arms to run, comma-separated (default: every one; docs/compare.md "
+                                                "lists them).")
+    seed: int = setting(0, help=SEED_HELP)
+    model: str = "MODEL"
+    data: str = "DATA"
+
+    def __post_init__(self) -> None:
+        listed = [self.target_macs] if isinstance(self.target_macs, (int, float, str, MacTarget)) else self.target_macs
+        self.target_macs = [MacTarget.parse(target) for target in listed]
+        self.speedup = [self.speedup] if isinstance(self.speedup, (int, float)) else list(self.speedup)
+
+    def resolved_budget(self) -> CompareBudget:
+        """The budget, its recovery's epochs and its training images changed where given."""
+        if isinstance(self.budget, CompareBudget):
+            return self.budget
+        return get_budget(self.budget, epochs=self.epochs, train_images=self.train_images)
+
+
+def check_targets(macs: list[Any] | Any = (), speedups: list[float] | float = (),
+                  speed: SpeedConfig = SpeedConfig()) -> list[Target]:
+    """The targets, MAC targets (each once, in the order given) then speedups (smallest first); one line for a MAC
+    target :meth:`~vitprune.measure.MacTarget.parse` refuses, a speedup not above 1, none at all, or a speedup target
+    without the speed measurement."""
+    def listed(value: Any) -> list[Any]:
+        return [] if value is None else [value] if isinstance(value, (int, float, str)) else list(value)
+
+    targets = list(dict.fromkeys(Target.macs(value) for value in listed(macs)))
+    speedups = sorted({float(v) for v in listed(speedups)})
+    if not targets and not speedups:
+        raise VitpruneError(f"give at least one target: --target-macs ({SPELLING}) or --speedup (a measured speedup "
+                            "such as 1.5)")
+    for factor in speedups:
+        if not factor > 1:
+            raise VitpruneError(f"a speedup target is a factor above 1, such as 1.5; got {factor:g}")
+    speed.validate()
+    if speedups and not speed.enabled:
+        raise VitpruneError("a speedup target is measured: drop --no-speed")
+    return [*targets, *(Target("speedup", factor) for factor in speedups)]
+
+
+__all__ = ["CompareConfig", "check_targets"]
