@@ -2,7 +2,7 @@
 baselines at matched MACs, and the paired CPU speedup of each extracted model against its MAC ratio.
 
 For each budget (default 67%, 50% and 40% of the dense MACs, full convention, i.e. the paper's ~33% and
-~50% reductions and one beyond) HiAP trains weights and gates in one phase with ``--macs`` (the λ
+~50% reductions and one beyond) HiAP trains weights and gates in one phase with ``--target-macs`` (the λ
 controller and budget hardening, an extension; note §1.7) and extracts the model, without fine-tuning
 afterwards, as the paper. Then, at the MACs HiAP reached (each baseline as close as it gets from below):
 
@@ -216,7 +216,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"Starting checkpoint: {report['checkpoint']}, top-1 {100 * report['dense_top1']:.2f}% on the digits "
         f"validation split, {dense / 1e6:.2f} M MACs per image (full convention: with attention matmuls),",
         f"{report['dense_params']:,} params. HiAP: {tune['epochs']} epochs of weights + gates, AdamW lr {tune['lr']}, "
-        f"batch {tune['batch_size']}, KD from the dense model (α 0.7, T 4), `--macs` = budget × dense",
+        f"batch {tune['batch_size']}, KD from the dense model (α 0.7, T 4), `--target-macs` = budget",
         "(λ controller + budget hardening), no fine-tuning after extraction. Baselines: pruned to HiAP's MACs (from",
         f"below), then fine-tuned {tune['epochs']} epochs with the same KD and lr. Speedup: each model is timed "
         f"against the dense one in {speed['processes']} fresh processes, each the median of {speed['pairs']} "

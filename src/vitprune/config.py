@@ -24,7 +24,7 @@ class CliFacts:
     """How a config field appears on the command line (see :func:`setting`)."""
 
     help: str
-    #: The option's flags when not ``--field-name``: ``"--macs"``, or ``"--hard/--soft"`` for a boolean.
+    #: The option's flags when not ``--field-name``: ``"--mixup"``, or ``"--hard/--soft"`` for a boolean.
     flag: str | None = None
     #: A short alias such as ``"-b"``.
     short: str | None = None

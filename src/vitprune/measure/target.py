@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from decimal import Decimal, InvalidOperation
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from vitprune.errors import UnreachableTargetError, VitpruneError
