@@ -73,8 +73,8 @@ def hetdpt_plus(
     run: RunInputs = ...,
 ) -> None:
     """HetDPT+: HetDPT (depth pruning, then its Stage-2 recovery fine-tune and merge), then width pruning of the
-    recovered model (Isomorphic Pruning) to --target-macs, then the width recovery fine-tune; both fine-tunes distil from
-    the unpruned model with HetDPT's Stage-2 settings."""
+    recovered model (Isomorphic Pruning) to --target-macs, then the width recovery fine-tune; both fine-tunes distil
+    from the unpruned model with HetDPT's Stage-2 settings."""
     from vitprune.runs.method import get_method
 
     width.validate()

@@ -111,8 +111,9 @@ class MacTarget:
         return self.value * dense if self.share else self.value
 
     def resolve(self, model: nn.Module) -> float:
-        """Absolute MACs per image for ``model`` (counted in this target's convention)."""
-        return self.of(dense_macs(model, self.convention))
+        """Absolute MACs per image for ``model`` (a share counts ``model`` in this target's convention; a count is
+        itself)."""
+        return self.of(dense_macs(model, self.convention)) if self.share else self.value
 
     def to_json(self) -> float | int:
         """The JSON form, which :meth:`parse` reads back to the same target: a share as itself (below 1), a count

@@ -19,12 +19,11 @@ from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, compare_speed, count_macs
 from vitprune.recipe import RUN_MODEL_DIR, save
+from vitprune.runs.context import check_target
 from vitprune.runs.report import REPORT_FILE, EditReport, RunReport
 from vitprune.training import TrainConfig, evaluate, finetune_pruned
 from vitprune.training.distributed import DistContext, on_main, shard_dataset
 from vitprune.training.engine import logged_epochs
-
-from vitprune.runs.context import check_target
 
 if TYPE_CHECKING:
     from vitprune.runs.context import RunContext

@@ -28,6 +28,27 @@ from vitprune.surgery import merge_linear_mlps
 METADATA_KEY = "merge"
 
 
+@dataclass
+class MergeReport(Report):
+    """What :func:`run_merge` did and measured; the save's metadata holds its :meth:`to_dict` but for ``speed``."""
+
+    #: The starting checkpoint's name, as the caller gave it (``None``: none given).
+    model: str | None
+    #: Where the merged model was saved.
+    out: str
+    #: Blocks whose fc1·fc2 were merged into one Linear.
+    merged_blocks: list[int]
+    fold_norm: bool
+    #: Largest absolute difference between the outputs before and after merging, on two seeded random inputs
+    #: (float32, eval mode): the merge's float rounding.
+    max_abs_difference: float
+    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`), before and after.
+    before: dict[str, int]
+    after: dict[str, int]
+    #: The merged model timed against the unmerged one (``None``: not measured).
+    speed: dict[str, Any] | None
+
+
 @method_run
 def run_merge(model: nn.Module, data: MethodData, config: MergeConfig, ctx: RunContext) -> MergeReport:
     """Merge every fc1·fc2 pair of a copy of ``model`` whose activation was removed but that was kept apart
@@ -61,24 +82,3 @@ def _max_difference(model: nn.Module, merged: nn.Module) -> float:
     finally:
         model.train(modes[0])
         merged.train(modes[1])
-
-
-@dataclass
-class MergeReport(Report):
-    """What :func:`run_merge` did and measured; the save's metadata holds its :meth:`to_dict` but for ``speed``."""
-
-    #: The starting checkpoint's name, as the caller gave it (``None``: none given).
-    model: str | None
-    #: Where the merged model was saved.
-    out: str
-    #: Blocks whose fc1·fc2 were merged into one Linear.
-    merged_blocks: list[int]
-    fold_norm: bool
-    #: Largest absolute difference between the outputs before and after merging, on two seeded random inputs
-    #: (float32, eval mode): the merge's float rounding.
-    max_abs_difference: float
-    #: Params and MACs in both conventions (:meth:`~vitprune.measure.MacReport.totals`), before and after.
-    before: dict[str, int]
-    after: dict[str, int]
-    #: The merged model timed against the unmerged one (``None``: not measured).
-    speed: dict[str, Any] | None

@@ -13,7 +13,7 @@ from vitprune.methods.hetdpt.config import REQUIRES, HetDPTConfig, HetDPTRun, Me
 from vitprune.runs.method import (
     ChainStep, CommandLine, Method, Model, TargetSearch, check_known, get_method, split_settings,
 )
-from vitprune.runs.steps import ChainConfig, Step, check_chain
+from vitprune.runs.steps import ChainConfig, Step
 
 if TYPE_CHECKING:
     from vitprune.methods.hetdpt.merge import MergeReport
@@ -157,7 +157,6 @@ class HetDPTPlus(Method, CommandLine, ChainStep):
         return plus
 
     def requires(self, config: ChainConfig) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(need for step, step_config in zip(config.steps, check_chain(config.steps,
-                                                                                                config.preset))
+        return tuple(dict.fromkeys(need for step, step_config in zip(config.steps, config.configs())
                                    for need in get_method(step.method).requires(step_config)))
 
