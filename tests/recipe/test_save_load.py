@@ -46,33 +46,65 @@ def _input(model):
     return torch.randn(2, *vitprune.get_adapter(model).input_size)
 
 
-# A fresh interpreter per case (about 4 s): one architecture in the fast lane.
-@pytest.mark.parametrize("name, kwargs", [
-    pytest.param(name, kwargs, id=mid, marks=() if mid == "deit_tiny" else pytest.mark.slow)
-    for mid, name, kwargs, _ in SMALL_MODELS])
-def test_fresh_process_reproduces_outputs_exactly(tmp_path, name, kwargs):
-    model = _pruned(name, **kwargs)
-    x = _input(model)
-    with torch.no_grad():
-        expected = model(x)
-    vitprune.save(model, tmp_path / "saved", metadata={"note": "test"})
-    torch.save(x, tmp_path / "x.pt")
-    script = textwrap.dedent(f"""
-        import pickle, torch, vitprune
+_FRESH_PROCESS_TEST = "test_fresh_process_reproduces_outputs_exactly"
+
+
+def _reloaded_in_a_fresh_process(root: Path, cases: dict[str, dict]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per case (id: its ``name`` and ``kwargs``): the pruned model's output, and that of its save loaded in a fresh
+    interpreter where pickle is forbidden. One interpreter loads every case's save (starting one costs about 4 s)."""
+    expected = {}
+    for case, params in cases.items():
+        model = _pruned(params["name"], **params["kwargs"])
+        x = _input(model)
+        with torch.no_grad():
+            expected[case] = model(x)
+        vitprune.save(model, root / case / "saved", metadata={"note": "test"})
+        torch.save(x, root / case / "x.pt")
+    script = textwrap.dedent("""
+        import pickle, sys, torch, vitprune
         load = vitprune.load  # the API's modules load here, before pickle goes: torch's own subclass its Unpickler
-        x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)
+        root, cases = sys.argv[1], sys.argv[2:]
+        inputs = {case: torch.load(f"{root}/{case}/x.pt", weights_only=True) for case in cases}
+        save = torch.save
 
         def forbidden(*args, **kwargs):
             raise AssertionError("loading a vitprune save must not unpickle anything")
 
         torch.load = pickle.load = pickle.loads = pickle.Unpickler = forbidden
-        model = load({str(tmp_path / 'saved')!r})
-        with torch.no_grad():
-            y = model(x)
-        torch.save(y, {str(tmp_path / 'y.pt')!r})
+        for case, x in inputs.items():
+            model = load(f"{root}/{case}/saved")
+            with torch.no_grad():
+                save(model(x), f"{root}/{case}/y.pt")
     """)
-    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    reloaded = torch.load(tmp_path / "y.pt", weights_only=True)
+    subprocess.run([sys.executable, "-c", script, str(root), *cases], check=True,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return {case: (expected[case], torch.load(root / case / "y.pt", weights_only=True)) for case in cases}
+
+
+@pytest.fixture(scope="module")
+def fresh_process_outputs(request, tmp_path_factory):
+    """``outputs(item)``: :func:`_reloaded_in_a_fresh_process` for a case of :func:`test_fresh_process_reproduces_
+    outputs_exactly`, run once for every case of its lane this session runs (the fast lane's alone, the slow ones
+    together)."""
+    lanes: dict[bool, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def outputs(item: pytest.Item) -> tuple[torch.Tensor, torch.Tensor]:
+        slow = item.get_closest_marker("slow") is not None
+        if slow not in lanes:
+            cases = {other.callspec.id: other.callspec.params for other in request.session.items
+                     if getattr(other, "originalname", None) == _FRESH_PROCESS_TEST
+                     and (other.get_closest_marker("slow") is not None) == slow}
+            lanes[slow] = _reloaded_in_a_fresh_process(tmp_path_factory.mktemp("fresh"), cases)
+        return lanes[slow][item.callspec.id]
+    return outputs
+
+
+# One architecture in the fast lane, every one in the full suite.
+@pytest.mark.parametrize("name, kwargs", [
+    pytest.param(name, kwargs, id=mid, marks=() if mid == "deit_tiny" else pytest.mark.slow)
+    for mid, name, kwargs, _ in SMALL_MODELS])
+def test_fresh_process_reproduces_outputs_exactly(request, fresh_process_outputs, name, kwargs):
+    expected, reloaded = fresh_process_outputs(request.node)
     assert torch.equal(reloaded, expected)
 
 
