@@ -25,7 +25,7 @@ def test_the_printed_command_reproduces_the_arm_bit_for_bit(capsys, tmp_path, mo
                          "--out", "compared")
     assert code == 0, err
     report = json.loads(out)
-    best = report["best"]["macs-0.6"]
+    best = report["pick"]["macs-0.6"]
     assert best["arm"] == "vbp"
     words = shlex.split(best["command"])
     assert words[:7] == ["vitprune", "chain", "digits-vit", "--no-pretrained", "--seed", "1", "--data"]

@@ -111,3 +111,19 @@ def test_reach_has_one_behaviour_at_the_edges():
                                                      "stops there"):
         reach(lambda k: None if k > 6 else cost(k), MacTarget.absolute(25), model, 0, 10, what="toy", dense=100,
               integer=True, beyond="it stops there")
+
+
+def test_above_stops_at_the_knob_next_to_the_answer_still_above_the_target():
+    """A coarse knob (whole heads, tokens, gates) stops short of the target for a finer step to reach it: the knob
+    tried next to the answer on the side of no pruning, whose cost is still above the target."""
+    model = torch.nn.Linear(1, 1)
+
+    def cost(knob):
+        return 100 - 10 * knob
+
+    assert reach(cost, MacTarget.absolute(55), model, 0, 10, what="toy", dense=100, integer=True, above=True) == 4
+    # A continuous knob that prunes more as it falls (STAR's rho): the answer within the tolerance, and just above it.
+    found = reach(lambda rho: 100 * rho, MacTarget.absolute(55), model, 1.0, 0.0, what="toy", dense=100, tol=1e-4)
+    short = reach(lambda rho: 100 * rho, MacTarget.absolute(55), model, 1.0, 0.0, what="toy", dense=100, tol=1e-4,
+                  above=True)
+    assert 100 * found <= 55 < 100 * short and 0 < short - found <= 1e-4

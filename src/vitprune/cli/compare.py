@@ -51,7 +51,8 @@ def compare(
 ) -> None:
     """Bring every method MODEL's family supports (and the chains that fit) to each --target-macs or --speedup target by
     its own rate search, recover each the same way, and compare them with the dense model given the same recovery:
-    top-1 with its interval, params, MACs, measured speedup, wall time, paired statistics and the best arm's command."""
+    top-1 with its interval, params, MACs, measured speedup, wall time; pick per target by --objective (speed: the
+    fastest arm shown within --tolerance points of the most accurate), its paired verdicts and its command."""
     from vitprune.comparison.arms import check_arms
     from vitprune.comparison.config import check_targets
     from vitprune.comparison.report import Target
@@ -86,9 +87,15 @@ def compare(
                           format_count(row.params), f"{format_count(row.macs)} ({row.macs_share:.1%})",
                           "–" if row.speedup is None else f"{row.speedup:.2f}× [{row.speedup_q1:.2f}, "
                                                           f"{row.speedup_q3:.2f}]",
-                          f"{row.seconds:.0f} s", {None: "control", True: "on target", False: "off target"}[row.met])
+                          f"{row.seconds:.0f} s", {None: "control", True: "on target", False: row.reason}[row.met])
         console.print(table)
-        best = report.best[label]
-        console.print(f"best at {target.describe()}: {best['arm']} ({best['top1']:.2f}% top-1); alone: "
-                      f"{best['command']}" if best else f"no arm reached {target.describe()}")
+        chosen = report.pick[label]
+        if chosen is None:
+            console.print(f"no arm reached {target.describe()}")
+            continue
+        console.print(f"[bold]pick at {target.describe()}: {chosen['arm']}[/] ({chosen['top1']:.2f}% top-1): "
+                      f"{chosen['why']}")
+        console.print("  vs " + "; ".join(f"{v['b']}: {v['verdict']} ({v['effect']:+.2f} points)"
+                                          for v in chosen["verdicts"]))
+        console.print(f"  alone: {chosen['command']}")
     console.print(f"report: {out / 'report.md'}, plot: {out / 'pareto.png'}, JSON: {out / 'report.json'}")

@@ -82,7 +82,8 @@ def hetdpt_plus(
     plus = method.configure({
         "budget": choice.budget, "target_macs": width.target_macs.to_json(), "split": choice.split,
         "convention": width.convention, "hetdpt": changes, **{k: v for k, v in changes.items() if k == "seed"},
-        "width": {k: v for k, v in width.to_dict().items() if k not in ("ratio", "target_macs", "convention")},
+        "width": {k: v for k, v in width.to_dict().items()
+                  if k in _PLUS_WIDTH and k not in ("target_macs", "convention")},
     }, preset_for(choice.preset, run.data.data))
     run_chain_command(model, replace(plus, onnx=True), run, out=out, seed=changes.get("seed") or 0,
                       render=method.render)

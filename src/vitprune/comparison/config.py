@@ -9,8 +9,19 @@ from vitprune.comparison.budget import BUDGETS, CompareBudget, get_budget
 from vitprune.comparison.report import Target
 from vitprune.config import SEED_HELP, setting
 from vitprune.errors import VitpruneError
-from vitprune.measure.config import SpeedConfig
+from vitprune.measure.config import MARGIN, SpeedConfig
 from vitprune.measure.target import SPELLING, MacTarget
+
+#: What each objective maximises, as the report states its rule (:func:`~vitprune.comparison.pick.choose`).
+OBJECTIVES = {
+    "speed": "the fastest arm on target (median measured speedup) whose top-1 is shown to be not worse than the most "
+             "accurate arm's by more than {tolerance:g} points (one-sided paired bootstrap, Holm over the arms "
+             "tested, alpha {alpha:g})",
+    "accuracy": "the most accurate arm on target (top-1; ties: the faster)",
+}
+#: Runtimes an arm can be timed in, and the dtypes of its PyTorch timings (:mod:`vitprune.comparison.timing`).
+RUNTIMES = ("torch", "onnxruntime")
+DTYPES = ("float32", "bfloat16", "float16")
 from vitprune.training.config import TRAINING_HELP
 
 
@@ -37,6 +48,19 @@ class CompareConfig:
                                                          "all).")
     arms: list[str] | None = setting(None, help="Arms to run, comma-separated (default: every one; docs/compare.md "
                                                 "lists them).")
+    time_batches: list[int] = setting(default_factory=lambda: [1], help=(
+        "Batches each arm's final model is also timed at against the dense model, besides --speed-batch (the pick's "
+        "and a speedup target's); 1: latency. Comma-separated."))
+    runtime: list[str] = setting(default_factory=lambda: ["torch"], help=(
+        "Runtimes each arm is timed in: torch, onnxruntime (each arm exported and checked against PyTorch first; "
+        "float32 on the CPU); comma-separated, the first the pick's."))
+    dtype: str = setting("float32", choices=DTYPES, help="Dtype of the PyTorch timings: float32, bfloat16, or float16 "
+                                                         "(CUDA only).")
+    objective: str = setting("speed", choices=OBJECTIVES, help=(
+        "What the recommendation optimises: speed (the fastest arm on target shown within --tolerance points of the "
+        "most accurate) or accuracy (the most accurate, and the speed that costs)."))
+    tolerance: float = setting(MARGIN, min=0, help="Top-1 points an arm may lose to the most accurate one and still "
+                                                      "be picked for its speed (a one-sided paired test).")
     seed: int = setting(0, help=SEED_HELP)
     model: str = "MODEL"
     data: str = "DATA"
@@ -45,6 +69,12 @@ class CompareConfig:
         listed = [self.target_macs] if isinstance(self.target_macs, (int, float, str, MacTarget)) else self.target_macs
         self.target_macs = [MacTarget.parse(target) for target in listed]
         self.speedup = [self.speedup] if isinstance(self.speedup, (int, float)) else list(self.speedup)
+        self.time_batches = [self.time_batches] if isinstance(self.time_batches, int) else list(self.time_batches)
+        self.runtime = [self.runtime] if isinstance(self.runtime, str) else list(self.runtime)
+
+    def batches(self, speed: SpeedConfig) -> list[int]:
+        """Every batch the arms are timed at: ``speed``'s (the pick's) and :attr:`time_batches`, smallest first."""
+        return sorted({speed.batch_size, *self.time_batches})
 
     def resolved_budget(self) -> CompareBudget:
         """The budget, its recovery's epochs and its training images changed where given."""
@@ -75,4 +105,4 @@ def check_targets(macs: list[Any] | Any = (), speedups: list[float] | float = ()
     return [*targets, *(Target("speedup", factor) for factor in speedups)]
 
 
-__all__ = ["CompareConfig", "check_targets"]
+__all__ = ["DTYPES", "OBJECTIVES", "RUNTIMES", "CompareConfig", "check_targets"]

@@ -1,5 +1,5 @@
-"""A comparison's answer as a page: the table, the paired statistics, the best arm per target with its command, and
-the Pareto plot (top-1 against measured speedup)."""
+"""A comparison's answer as a page: the table, the Pareto set, the pick per target with its rule, its verdicts and its
+command, and one Pareto plot across the targets (top-1 against measured speedup)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _num(value: float | None, fmt: str) -> str:
 def _row(r: ArmResult) -> str:
     if r.status != DONE:
         return f"| {r.arm} | {r.status}: {r.reason} | | | | | | {r.title} |"
-    on = {None: "control", True: "yes", False: "**no**"}[r.met]
+    on = {None: "control", True: "yes", False: f"**no**: {r.reason}"}[r.met]
     return (f"| {r.arm} | {r.top1:.2f} [{r.interval[0]:.2f}, {r.interval[1]:.2f}] | {r.params / 1e6:.3f} M | "
             f"{r.macs / 1e6:.2f} M ({r.macs_share:.1%}) | {_num(r.speedup, '.2f')}× "
             f"[{_num(r.speedup_q1, '.2f')}, {_num(r.speedup_q3, '.2f')}] | {on} | {duration(r.seconds)} | "
@@ -54,9 +54,12 @@ def render(report: CompareReport, plot: str | None = None) -> str:
         f"{recovery['epochs']} epoch(s) at lr {recovery['lr']:g}, batch {recovery['batch_size']}, "
         f"{budget['distill']['distill']} distillation from the dense model, on "
         f"{'every' if budget['train_images'] is None else budget['train_images']} training images; each "
-        f"method's own search at `{budget['effort']}` effort. Speedup: the arm against the dense model in "
-        f"{report.speed['pairs']} alternating pairs at batch {report.speed['batch_size']}, {report.speed['dtype']}, on "
-        f"{report.speed['device']} with {report.speed['threads']} threads (median [quartiles]). "
+        f"method's own search at `{budget['effort']}` effort (HiAP's gate training is its search, as long as the "
+        "recovery at quick and standard; the recovery follows its extraction). Speedup: the arm's final model against "
+        f"the dense model in {report.speed['pairs']} alternating pairs, median [quartiles], at batch "
+        f"{report.speed['batch_size']} in {report.speed['runtimes'][0]}, {report.speed['dtype']}, on "
+        f"{report.speed['device']} with {report.speed['threads']} threads (the speed the pick uses; every runtime and "
+        "batch in each target's speed table). "
         f"Top-1 with Wilson's 95% interval. Wall time {duration(report.seconds)} (estimated "
         f"{duration(report.estimate_seconds)} before the run, recovery and training only).",
         "",
@@ -68,19 +71,13 @@ def render(report: CompareReport, plot: str | None = None) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         lines += [_row(r) for r in report.arms if r.target == label]
         lines += [_row(report.control), ""]
-        best = report.best[label]
-        if best is None:
-            lines += ["No arm reached this target (MACs within 1%, or the speedup within the measured quartiles).",
-                      ""]
-        else:
-            lines += [f"**Best at {target.describe()}: {best['arm']}**, {best['top1']:.2f}% top-1, "
-                      f"{_num(best['speedup'], '.2f')}× measured. Alone: `{best['command']}`", ""]
-        paired = report.paired[label]
-        if paired:
-            lines += ["| best vs | difference (points) [95%] | p (best not better) |", "|---|---|---|"]
-            lines += [f"| {p['b']} | {p['effect']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}] | {p['p_greater']:.3g} |"
-                      for p in paired]
-            lines.append("")
+        lines += _speed_lines([*(r for r in report.arms if r.target == label), report.control], report.speed)
+        front = pareto_set([r for r in report.arms if r.target == label])
+        if front:
+            lines += ["Pareto set (on target; top-1 against measured speedup): " + ", ".join(
+                f"{r.arm} ({r.top1:.2f}% [{r.interval[0]:.2f}, {r.interval[1]:.2f}], {_num(r.speedup, '.2f')}× "
+                f"[{_num(r.speedup_q1, '.2f')}, {_num(r.speedup_q3, '.2f')}])" for r in front) + ".", ""]
+        lines += _pick_lines(report.pick[label], target)
     if report.left_out:
         lines += ["Not run on their own: " + "; ".join(f"{name} ({why})" for name, why in report.left_out.items())
                   + ".", ""]
@@ -89,34 +86,97 @@ def render(report: CompareReport, plot: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _speed_lines(arms: list[ArmResult], speed: dict[str, Any]) -> list[str]:
+    """Each scored arm's final model timed as deployed: per runtime and batch its milliseconds per batch and speedup
+    [quartiles] over the dense model, and its memory."""
+    timed = [r for r in arms if r.status == DONE and r.timings]
+    if not timed:
+        return []
+    columns = list(dict.fromkeys((row["runtime"], row["batch"]) for r in timed for row in r.timings))
+    cuda = any(r.memory and r.memory.get("peak_bytes") is not None for r in timed)
+    names = [f"{runtime}, batch {batch}" + (" (latency)" if batch == 1 else "") for runtime, batch in columns]
+    lines = [f"Speed as deployed ({speed['dtype']} in torch, float32 in onnxruntime; ms per batch, speedup over the "
+             "dense model [quartiles]):", "",
+             "| arm | " + " | ".join(names) + " | weights" + (" | peak (CUDA)" if cuda else "") + " |",
+             "|---|" + "---|" * (len(columns) + 1 + cuda)]
+    for r in timed:
+        cells = {(row["runtime"], row["batch"]): row for row in r.timings}
+        row_cells = [_timing_cell(cells.get(column)) for column in columns]
+        memory = r.memory or {}
+        lines.append(f"| {r.arm} | " + " | ".join(row_cells) + f" | {memory.get('weights_bytes', 0) / 2**20:.2f} MiB"
+                     + (f" | {_num((memory.get('peak_bytes') or 0) / 2**20, '.1f')} MiB" if cuda else "") + " |")
+    return [*lines, ""]
+
+
+def _timing_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "–"
+    if "error" in row:
+        return f"not run: {row['error']}"
+    return f"{row['ms']:.2f} ms, {row['speedup']:.2f}× [{row['speedup_q1']:.2f}, {row['speedup_q3']:.2f}]"
+
+
+def _pick_lines(chosen: dict[str, Any] | None, target: Target) -> list[str]:
+    """The pick at one target: who, why, by which rule, and its verdicts against the rest."""
+    if chosen is None:
+        return ["No arm reached this target (MACs within 1%, or the speedup within the measured quartiles).", ""]
+    same = chosen["indistinguishable"]
+    lines = [f"**Pick at {target.describe()}: {chosen['arm']}** ({chosen['top1']:.2f}% top-1, "
+             f"{_num(chosen['speedup'], '.2f')}× measured): {chosen['why']}. Rule (`--objective "
+             f"{chosen['objective']}`): {chosen['rule']}. Statistically indistinguishable from it: "
+             f"{', '.join(same) if same else 'none'}. Alone: `{chosen['command']}`", ""]
+    if chosen["verdicts"]:
+        lines += ["| pick vs | verdict | difference (points) [95%] | p (pick not better) | p (pick not worse) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {v['b']} | {v['verdict']} | {v['effect']:+.2f} [{v['low']:+.2f}, {v['high']:+.2f}] | "
+                  f"{v['p_greater']:.3g} | {v['p_less']:.3g} |" for v in chosen["verdicts"]]
+        lines += ["", f"Verdicts Holm-corrected within the target; *equivalent*: within ±{chosen['tolerance']:g} "
+                      "points by two one-sided tests.", ""]
+    return lines
+
+
+def pareto_set(arms: list[ArmResult]) -> list[ArmResult]:
+    """The scored arms on target that no other on-target arm beats in both top-1 and measured speedup, fastest
+    first."""
+    points = [r for r in arms if r.status == DONE and r.met and r.speedup is not None]
+    front, best = [], float("-inf")
+    for r in sorted(points, key=lambda r: (-r.speedup, -r.top1)):
+        if r.top1 > best:
+            front.append(r)
+            best = r.top1
+    return front
+
+
 def pareto(report: CompareReport) -> Any:
-    """Top-1 against measured speedup: one marker per scored arm, one colour per target, each target's Pareto front
-    joined, the dense control at 1×."""
-    fig = figure(figsize=(7, 4.5))
+    """Top-1 against measured speedup, every target on the same axes: each scored arm with its top-1 interval and
+    its speedup's quartiles, one colour per target, off-target arms hollow, each target's pick ringed, the Pareto
+    set of the arms on target joined, speedup targets as dashed lines and the dense control at 1×."""
+    fig = figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
     for number, label in enumerate(report.targets):
-        colour = f"C{number}"
-        points = [(r.speedup, r.top1, r.arm) for r in report.arms
-                  if r.target == label and r.status == DONE and r.speedup is not None]
-        for x, y, arm in points:
-            ax.scatter(x, y, color=colour, s=24)
-            ax.annotate(arm, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-        front, best = [], float("-inf")
-        for x, y, _ in sorted(points, key=lambda p: -p[0]):
-            if y > best:
-                front.append((x, y))
-                best = y
-        if front:
-            xs, ys = zip(*sorted(front))
-            ax.plot(xs, ys, color=colour, alpha=0.6, label=Target.parse(label).describe())
+        colour, target = f"C{number}", Target.parse(label)
+        arms = [r for r in report.arms if r.target == label and r.status == DONE and r.speedup is not None]
+        for r in arms:
+            ax.errorbar(r.speedup, r.top1, xerr=[[r.speedup - r.speedup_q1], [r.speedup_q3 - r.speedup]],
+                        yerr=[[r.top1 - r.interval[0]], [r.interval[1] - r.top1]], fmt="o", color=colour,
+                        markerfacecolor=colour if r.met else "white", markersize=5, elinewidth=0.8, capsize=2)
+            ax.annotate(r.arm, (r.speedup, r.top1), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        front = pareto_set(arms)
+        ax.plot([r.speedup for r in front], [r.top1 for r in front], color=colour, alpha=0.6,
+                marker="o" if len(front) == 1 else None, label=f"{target.describe()} (hollow: off target)")
+        chosen = report.pick[label]
+        if chosen is not None and chosen["speedup"] is not None:
+            ax.scatter(chosen["speedup"], chosen["top1"], s=180, facecolors="none", edgecolors=colour, linewidths=1.5)
+        if target.kind == "speedup":
+            ax.axvline(target.value, color=colour, linestyle="--", linewidth=0.8)
     control = report.control
     if control.status == DONE:
         ax.scatter(control.speedup or 1.0, control.top1, color="black", marker="*", s=60, label="dense + recovery")
-    ax.set_xlabel("measured speedup over the dense model (×)")
-    ax.set_ylabel("validation top-1 (%)")
-    ax.set_title(f"{report.model}: accuracy against measured speedup")
-    ax.legend(fontsize=8)
+    ax.set_xlabel("measured speedup over the dense model (×; bars: quartiles)")
+    ax.set_ylabel("validation top-1 (%; bars: 95% interval)")
+    ax.set_title(f"{report.model}: accuracy against measured speedup (ringed: the pick)")
+    ax.legend(fontsize=7)
     return fig
 
 
-__all__ = ["PAGE_FILE", "PLOT_FILE", "duration", "pareto", "render", "write_page"]
+__all__ = ["PAGE_FILE", "PLOT_FILE", "duration", "pareto", "pareto_set", "render", "write_page"]

@@ -55,6 +55,7 @@ class ArmResult(JsonRecord):
     #: The target's label (:attr:`Target.label`; ``None``: the dense control).
     target: str | None
     status: str
+    #: Why it did not run or stopped, or where a scored arm landed off its target.
     reason: str | None = None
     steps: list[dict[str, Any]] | None = None
     #: Validation top-1 (%) and Wilson's 95% interval.
@@ -72,6 +73,11 @@ class ArmResult(JsonRecord):
     speedup: float | None = None
     speedup_q1: float | None = None
     speedup_q3: float | None = None
+    #: Its final model timed as deployed against the dense model (:func:`~vitprune.comparison.timing.time_deployed`):
+    #: one row per runtime and batch (speedup, quartiles, milliseconds per batch of each side); ``speedup`` above is
+    #: the row of the first runtime at the speed batch. And its memory: the weights' bytes, the peak on CUDA.
+    timings: list[dict[str, Any]] | None = None
+    memory: dict[str, Any] | None = None
     #: Wall time of its run (selection, search and recovery; a speedup target's probes included).
     seconds: float | None = None
     #: A speedup target's probes: each MAC share tried (pruned, not recovered) and its measured speedup.
@@ -95,10 +101,10 @@ class CompareReport(JsonRecord):
     arms: list[ArmResult]
     #: Registered methods no comparison runs, with why.
     left_out: dict[str, str]
-    #: Per target (its label) the best arm on target: name, top-1, speedup, and the command that runs it alone.
-    best: dict[str, dict[str, Any] | None]
-    #: Per target the best arm against each other scored arm and the control, paired image by image.
-    paired: dict[str, list[dict[str, Any]]]
+    #: Per target (its label) the arm recommended (:func:`~vitprune.comparison.pick.choose`; ``None``: no arm on
+    #: target): name, top-1, speedup, the objective and its rule, why it won, its verdicts against every other arm
+    #: and the control, and the command that runs it alone.
+    pick: dict[str, dict[str, Any] | None]
     #: Estimated before the run (its recovery and training from a measured step time) and measured.
     estimate_seconds: float
     seconds: float

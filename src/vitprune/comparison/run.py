@@ -30,12 +30,14 @@ from vitprune.comparison.arms import PLANNED, UNREACHABLE, Arm, arm_names, check
 from vitprune.comparison.budget import CompareBudget
 from vitprune.comparison.config import CompareConfig, check_targets
 from vitprune.comparison.page import duration, write_page
+from vitprune.comparison.pick import choose
+from vitprune.comparison.timing import check_timing, time_deployed
 from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
 from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.measure import count_macs
-from vitprune.measure.paired import pack_correct, paired_difference, top1_interval, unpack_correct
-from vitprune.measure.target import MacTarget, goal
+from vitprune.measure.paired import pack_correct, top1_interval, unpack_correct
+from vitprune.measure.target import ON_TARGET, MacTarget, goal
 from vitprune.recipe import RUN_MODEL_DIR, load
 from vitprune.runs.chain import run_chain
 from vitprune.runs.context import MethodData, RunContext, method_run
@@ -47,7 +49,7 @@ from vitprune.training.engine import class_logits
 
 PLAN_FILE, ARMS_DIR, ARM_FILE, CONTROL = "compare.json", "arms", "arm.json", "dense"
 #: An arm's MACs count as on target within this share of it.
-MATCH = 0.01
+MATCH = ON_TARGET
 
 
 @method_run
@@ -67,6 +69,7 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     budget = config.resolved_budget()
     check_arms(config.arms)
     device = ctx.device_for(model)
+    check_timing(config.runtime, config.dtype, device)
     model = model.to(device).eval()
     dense_count = count_macs(model).totals()
     dense_macs = dense_count["macs_full"]
@@ -77,7 +80,9 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
                                              else t.value))
     run_dir = prepare_run_dir(ctx.run_dir, ctx.resume, start=model, seed=config.seed)
     plan = {"targets": [t.label for t in targets], "budget": _budget_dict(budget), "seed": config.seed,
-            "arms": config.arms}
+            "arms": config.arms, "timing": {"batches": config.batches(ctx.speed), "runtimes": config.runtime,
+                                            "dtype": config.dtype, "pairs": ctx.speed.pairs,
+                                            "timed": ctx.speed.enabled}}
     on_main(lambda: _check_plan(run_dir / PLAN_FILE, plan, ctx.resume))
     start = time.perf_counter()
 
@@ -92,7 +97,8 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     loader = build_loader(data.val, 64, shuffle=False, seed=0)
     dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
     runner = _Runner(model, data, replace(ctx, device=device), loader=loader, budget=budget, seed=config.seed,
-                     dense_macs=dense_macs, total=runs)
+                     dense_macs=dense_macs, total=runs, timing={"batches": config.batches(ctx.speed),
+                                                                "runtimes": config.runtime, "dtype": config.dtype})
     control_arm = Arm(CONTROL, "dense + the same recovery", PLANNED,
                       steps=[{"method": "finetune", **budget.recovery_settings(config.seed)}])
     control = runner.run(control_arm, None, None, run_dir / ARMS_DIR / CONTROL)
@@ -104,11 +110,11 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
         dense={"top1": 100 * float(dense_correct.mean()), "interval": list(interval), "params": dense_count["params"],
                "macs": dense_macs},
         control=control, arms=results, left_out=left_out(),
-        best={t.label: _best(results, t.label, config.model, config.data, run_dir) for t in targets},
-        paired={t.label: _paired(results, control, t.label, runner.scores) for t in targets},
+        pick={t.label: _pick(results, control, t.label, config, run_dir, runner.scores) for t in targets},
         estimate_seconds=estimate, seconds=_seconds(control, results, time.perf_counter() - start),
         validation_images=len(dense_correct), run_dir=str(run_dir),
-        speed={**asdict(ctx.speed), "device": str(device), "dtype": "float32", "threads": torch.get_num_threads()})
+        speed={**asdict(ctx.speed), "device": str(device), "dtype": config.dtype, "threads": torch.get_num_threads(),
+               "batches": config.batches(ctx.speed), "runtimes": config.runtime})
     on_main(lambda: _write(report, run_dir))
     return report
 
@@ -121,8 +127,8 @@ def _budget_dict(budget: CompareBudget) -> dict[str, Any]:
 def _check_plan(path: Path, plan: dict[str, Any], resume: bool) -> None:
     """Record the plan; a resumed comparison must keep its targets and budget (its finished arms were run so)."""
     if resume and path.is_file() and read_json(path) != plan:
-        raise VitpruneError(f"the comparison in {path.parent} ran with other targets, budget, arms or seed; resume "
-                            "with the same ones, or choose another --out")
+        raise VitpruneError(f"the comparison in {path.parent} ran with other targets, budget, arms, seed or timing; "
+                            "resume with the same ones, or choose another --out")
     write_json(path, plan)
 
 
@@ -167,10 +173,13 @@ class _Runner:
     """Runs the arms of one comparison (or reads back those a resumed one finished) and keeps their scores."""
 
     def __init__(self, model: nn.Module, data: MethodData, ctx: RunContext, *, loader: Any, budget: CompareBudget,
-                 seed: int, dense_macs: int, total: int):
-        """``ctx``: the comparison's; each arm's chain runs in it with the arm's directory."""
+                 seed: int, dense_macs: int, total: int, timing: dict[str, Any]):
+        """``ctx``: the comparison's; each arm's chain runs in it with the arm's directory. ``timing``:
+        :func:`~vitprune.comparison.timing.time_deployed`'s batches, runtimes and dtype (the first runtime at
+        ``ctx.speed``'s batch is the pick's)."""
         self.model, self.data, self.ctx, self.loader, self.log = model, data, ctx, loader, ctx.log
         self.budget, self.seed, self.dense_macs, self.total = budget, seed, dense_macs, total
+        self.timing = timing
         #: Each scored arm's per-image correctness, by run directory (rank 0 alone writes it to the arm's file).
         self.scores: dict[str, np.ndarray] = {}
         self.number = 0
@@ -232,7 +241,11 @@ class _Runner:
                 chain = self._chain(steps, probes_dir / f"{number:02d}")
             except UnreachableTargetError as exc:
                 return Arm(name, planned.title, UNREACHABLE, reason=str(exc)), share, probes
-            timing = chain.speed
+            _, timing = self._time(load(probes_dir / f"{number:02d}" / RUN_MODEL_DIR,
+                                        map_location=self.ctx.device).eval(), primary_only=True)
+            if timing is None or "error" in timing:
+                why = "not timed" if timing is None else timing["error"]
+                return Arm(name, planned.title, FAILED, reason=f"probe {number}: {why}"), share, probes
             probes.append({"share": share, "macs_share": chain.pruned["macs_full"] / self.dense_macs,
                            "speedup": timing["speedup"], "speedup_q1": timing["speedup_q1"],
                            "speedup_q3": timing["speedup_q3"]})
@@ -246,10 +259,27 @@ class _Runner:
 
     def _chain(self, steps: list[dict[str, Any]], run_dir: Path) -> Any:
         """``steps`` run as a chain into ``run_dir`` with the comparison's seed and training subset: its
-        ``chain.json`` reproduces the arm alone."""
+        ``chain.json`` reproduces the arm alone. The chain does not time its model: :meth:`_time` does, as
+        deployed."""
         config = parse_chain({"seed": self.seed, "train_images": self.budget.train_images, "steps": steps},
                              onnx=False)
-        return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir))
+        speed = replace(self.ctx.speed, enabled=False)
+        return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir, speed=speed))
+
+    def _time(self, final: nn.Module, *, primary_only: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``final`` timed as deployed against the dense model (rank 0 times, every rank gets it; nothing without
+        ``ctx.speed``), and the pick's row of it: the first runtime at ``ctx.speed``'s batch (``primary_only``: that
+        row alone is timed, as a speedup target's probes are)."""
+        if not self.ctx.speed.enabled:
+            return {}, None
+        timing = self.timing if not primary_only else {
+            **self.timing, "batches": [self.ctx.speed.batch_size], "runtimes": self.timing["runtimes"][:1]}
+        deployed = on_main(lambda: time_deployed(final, self.model, speed=self.ctx.speed, device=self.ctx.device,
+                                                 **timing))
+        primary = next((row for row in deployed["timings"]
+                        if row["runtime"] == self.timing["runtimes"][0] and row["batch"] == self.ctx.speed.batch_size),
+                       None)
+        return deployed, primary
 
     def run(self, arm: Arm, target: Target | None, share: float | None, arm_dir: Path,
             probes: list[dict[str, Any]] | None = None, spent: float = 0.0) -> ArmResult:
@@ -267,21 +297,25 @@ class _Runner:
         begin = time.perf_counter()
         try:
             chain = self._chain(arm.steps, arm_dir)
+            final = load(arm_dir / RUN_MODEL_DIR, map_location=self.ctx.device).eval()
+            deployed, primary = self._time(final)
         except VitpruneError as exc:
             status = UNREACHABLE if isinstance(exc, UnreachableTargetError) else FAILED
             result = replace(base, status=status, reason=str(exc), seconds=spent + time.perf_counter() - begin)
             on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
             self.log(f"  {arm.name}{where} stopped: {exc}")
             return result
-        final = load(arm_dir / RUN_MODEL_DIR, map_location=self.ctx.device).eval()
         correct = evaluate(final, self.loader, per_image=True)["correct"].numpy()
-        macs, timing = chain.pruned["macs_full"], chain.speed or {}
+        macs = chain.pruned["macs_full"]
+        timing = primary if primary is not None and "error" not in primary else {}
+        met = _met(target, share, macs / self.dense_macs, timing)
         result = replace(base, top1=100 * float(correct.mean()), interval=list(top1_interval(correct)),
-                         params=chain.pruned["params"], macs=macs, macs_share=macs / self.dense_macs,
-                         met=_met(target, share, macs / self.dense_macs, timing),
+                         params=chain.pruned["params"], macs=macs, macs_share=macs / self.dense_macs, met=met,
+                         reason=None if met is not False else _off_target(target, share, macs / self.dense_macs,
+                                                                           timing),
                          speedup=timing.get("speedup"), speedup_q1=timing.get("speedup_q1"),
-                         speedup_q3=timing.get("speedup_q3"),
-                         seconds=spent + time.perf_counter() - begin)
+                         speedup_q3=timing.get("speedup_q3"), timings=deployed.get("timings"),
+                         memory=deployed.get("memory"), seconds=spent + time.perf_counter() - begin)
         on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict(),
                                                         "correct": pack_correct(correct)}))
         self.scores[result.run_dir] = correct
@@ -312,37 +346,28 @@ def _met(target: Target | None, share: float | None, macs_share: float, timing: 
     return bool(timing) and timing["speedup_q1"] <= target.value <= timing["speedup_q3"]
 
 
-def _scored(results: list[ArmResult], label: str) -> list[ArmResult]:
-    return [r for r in results if r.target == label and r.status == DONE]
+def _off_target(target: Target, share: float, macs_share: float, timing: dict[str, Any]) -> str:
+    """Why a scored arm is off ``target``: where it landed."""
+    if target.kind == "macs":
+        return f"off target: {macs_share:.1%} of the MACs, aimed at {share:.1%}"
+    if not timing:
+        return "off target: its speed was not measured"
+    return (f"off target: {timing['speedup']:.2f}× [{timing['speedup_q1']:.2f}, {timing['speedup_q3']:.2f}] measured, "
+            f"aimed at {target.value:g}×")
 
 
-def _best_arm(results: list[ArmResult], label: str) -> ArmResult | None:
-    """The most accurate arm on target ``label`` (ties: the faster); ``None`` where none is on target."""
-    met = [r for r in _scored(results, label) if r.met]
-    return max(met, key=lambda r: (r.top1, r.speedup or 0.0)) if met else None
-
-
-def _best(results: list[ArmResult], label: str, name: str, data: str, run_dir: Path) -> dict[str, Any] | None:
-    """:func:`_best_arm`, with the command that runs it alone."""
-    best = _best_arm(results, label)
-    if best is None:
+def _pick(results: list[ArmResult], control: ArmResult, label: str, config: CompareConfig, run_dir: Path,
+          scores: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """:func:`~vitprune.comparison.pick.choose` among the arms scored at target ``label``, with the command that runs
+    the pick alone."""
+    scored = [r for r in results if r.target == label and r.status == DONE]
+    chosen = choose(scored, control if control.status == DONE else None, lambda r: scores[r.run_dir],
+                    objective=config.objective, tolerance=config.tolerance)
+    if chosen is None:
         return None
-    steps = Path(best.run_dir) / "chain.json"
-    return {"arm": best.arm, "top1": best.top1, "speedup": best.speedup, "macs_share": best.macs_share,
-            "command": f"vitprune chain {name} --data {data} --steps {steps} --out {run_dir.name}-{best.arm}"}
-
-
-def _paired(results: list[ArmResult], control: ArmResult, label: str,
-            scores: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """The best arm on target ``label`` against every other scored arm there and the control, image by image."""
-    best = _best_arm(results, label)
-    if best is None:
-        return []
-    others = [r for r in _scored(results, label) if r is not best]
-    if control.status == DONE:
-        others.append(control)
-    return [{"a": best.arm, "b": other.arm, **paired_difference(scores[best.run_dir], scores[other.run_dir]).to_dict()}
-            for other in others]
+    steps = Path(run_dir) / ARMS_DIR / label / chosen["arm"] / "chain.json"
+    return {**chosen, "command": f"vitprune chain {config.model} --data {config.data} --steps {steps} "
+                                 f"--out {run_dir.name}-{chosen['arm']}"}
 
 
 def _seconds(control: ArmResult, results: list[ArmResult], wall: float) -> float:

@@ -40,6 +40,13 @@ class SpeedConfig:
         check_counts(self.warmup, batch_size=self.batch_size, pairs=self.pairs)
 
 
+#: Equivalence margin in top-1 points: two arms within it are "comparable" (two one-sided tests,
+#: :mod:`vitprune.measure.paired`).
+MARGIN = 1.0
+#: Family-wise error rate of one claim's decisions.
+ALPHA = 0.05
+
+
 def check_counts(warmup: int, **positive: int) -> None:
     """A one-line error for a negative ``warmup`` or any of ``positive`` (named as the message says them) below 1."""
     if warmup < 0:
@@ -76,4 +83,4 @@ def busy_note(result: dict[str, Any]) -> str:
             f"{context['threads']} threads; not to be trusted")
 
 
-__all__ = ["BUSY_CORES", "CONVENTIONS", "SpeedConfig", "busy_note", "check_counts", "format_count"]
+__all__ = ["ALPHA", "BUSY_CORES", "CONVENTIONS", "MARGIN", "SpeedConfig", "busy_note", "check_counts", "format_count"]

@@ -23,11 +23,8 @@ from statistics import NormalDist
 import numpy as np
 
 from vitprune.config import JsonRecord
+from vitprune.measure.config import ALPHA, MARGIN
 
-#: Equivalence margin in top-1 points: two arms within it are "comparable" (two one-sided tests).
-MARGIN = 1.0
-#: Family-wise error rate of one claim's decisions.
-ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,8 @@ class PairedDifference(JsonRecord):
     ``low`` and ``high`` bound the two-sided ``level`` interval. ``p_greater`` is the one-sided p-value of
     "A is not better" (the share of resampled differences at or below 0), ``p_less`` of "A is not worse",
     ``p_equivalent`` the two one-sided tests' p-value of "the difference lies outside ±``margin``", ``p_beyond``
-    the p-value of "it lies within" (the smaller one-sided share, doubled: either side may be the one).
+    the p-value of "it lies within" (the smaller one-sided share, doubled: either side may be the one), ``p_inferior``
+    the one-sided p-value of "A is worse than B by the margin or more" (a small one shows A non-inferior to B).
     """
 
     effect: float
@@ -51,6 +49,8 @@ class PairedDifference(JsonRecord):
     seeds: int
     images: int
     discordant: float
+    #: A record stored before it was kept reads as not shown.
+    p_inferior: float = 1.0
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, level: float = 0.95,
@@ -127,7 +127,7 @@ def _summary(effect: float, draws: np.ndarray, margin: float, level: float, seed
     return PairedDifference(effect=effect, low=float(low), high=float(high),
                             p_greater=p(int(np.sum(draws <= 0))), p_less=p(int(np.sum(draws >= 0))),
                             p_equivalent=max(below, above), p_beyond=beyond, margin=margin, seeds=seeds, images=images,
-                            discordant=discordant)
+                            discordant=discordant, p_inferior=below)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -28,6 +28,9 @@ from vitprune.measure.config import CONVENTIONS, format_count
 if TYPE_CHECKING:
     from torch import nn
 
+#: A model's MACs are on a target within this share of it (``vitprune compare``'s arms).
+ON_TARGET = 0.01
+
 #: How a MAC target is written (the command line's ``--target-macs``, a chain file's ``target_macs``).
 SPELLING = "a share of the model's MACs (0.6 or 60%) or MACs per image with a unit (850M, 1.2G)"
 _UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
@@ -224,9 +227,11 @@ def first(ok: Callable[[float], bool], lo: float, hi: float, *, integer: bool = 
 
 def reach(cost: Callable[[float], float | None], target: MacTarget, model: nn.Module, lo: float, hi: float, *,
           what: str, beyond: str = "", dense: float | None = None, integer: bool = False, steps: int | None = None,
-          tol: float | None = None, guess: float | None = None) -> float:
+          tol: float | None = None, guess: float | None = None, above: bool = False) -> float:
     """The knob nearest ``lo`` (no pruning) in ``[lo, hi]`` whose ``cost`` is at most ``target`` for ``model``, the
-    knob at ``hi`` pruning most.
+    knob at ``hi`` pruning most. With ``above``, the knob tried next to it on ``lo``'s side, whose cost is still above
+    the target (``lo`` where none was tried): a coarse knob (whole heads, whole tokens) can jump past the target,
+    and a finer step after it (a neuron trim) reaches the target exactly.
 
     ``cost`` falls from ``lo`` to ``hi``; it is ``None`` where the knob goes past what the method can do (counted as
     past the target, never an answer: ``beyond`` says what the method can do instead). The errors, naming the
@@ -247,7 +252,11 @@ def reach(cost: Callable[[float], float | None], target: MacTarget, model: nn.Mo
     # Where the first knob that passes went past what the method can do, the answer is the passing knob nearest it.
     fits = [knob for knob, macs in reached.items() if macs <= wanted]
     if found is not None and fits:
-        return found if found in reached else min(fits, key=lambda knob: abs(knob - found))
+        found = found if found in reached else min(fits, key=lambda knob: abs(knob - found))
+        if not above:
+            return found
+        short = [knob for knob, macs in reached.items() if macs > wanted and (knob - found) * (hi - lo) < 0]
+        return min(short, key=lambda knob: abs(knob - found), default=lo)
     nearest = min(reached.values(), default=None)
     raise UnreachableTargetError(
         f"{what} cannot reach {format_count(wanted)} MACs per image ({target.convention} convention)"
@@ -255,4 +264,4 @@ def reach(cost: Callable[[float], float | None], target: MacTarget, model: nn.Mo
         + (f"; {beyond}" if found is not None and beyond else ""))
 
 
-__all__ = ["SPELLING", "MacTarget", "dense_macs", "first", "goal", "reach", "resolve_shares"]
+__all__ = ["ON_TARGET", "SPELLING", "MacTarget", "dense_macs", "first", "goal", "reach", "resolve_shares"]

@@ -153,6 +153,10 @@ def test_budget_threshold_is_nearest_zero_within_the_band(setting):
     assert hardened_macs(gates, fixed, loose) <= 1.3 * at_zero and loose < 0
     with pytest.raises(VitpruneError, match="no hardening of the gates fits"):
         budget_threshold(gates, fixed, fixed - 1)
+    # above: the highest threshold whose model still costs more than the target; a hair higher, it fits.
+    short = budget_threshold(gates, fixed, target, above=True)
+    higher = logits[logits > short].min()
+    assert hardened_macs(gates, fixed, short) > target >= hardened_macs(gates, fixed, float(higher))
 
 
 def test_a_target_out_of_reach_is_one_line(setting):

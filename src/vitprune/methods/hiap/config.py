@@ -72,6 +72,10 @@ class HiAPConfig(JsonRecord):
     #: With a MAC target, how far below it the extracted model may land (the hardening threshold nearest the paper's
     #: 0 within it).
     budget_tolerance: float = BUDGET_TOLERANCE
+    #: With a MAC target: extract the smallest model that still costs more than it (the highest threshold above it),
+    #: for a neuron trim (a chain's next ``vbp`` step) to reach it exactly: one gate (a whole FFN block, a head) can
+    #: jump past the tolerance band.
+    above: bool = False
 
     def __post_init__(self) -> None:
         self.target_macs = MacTarget.coerce(self.target_macs)
@@ -91,6 +95,7 @@ class HiAPConfig(JsonRecord):
             (min(self.beta_head, self.beta_dim, self.beta_ffn) >= 0, "feasibility weights must be >= 0"),
             (0 <= self.kd_alpha <= 1 and self.kd_tau > 0, "KD needs 0 <= kd_alpha <= 1 and kd_tau > 0"),
             (0 <= self.budget_tolerance < 1, "the budget tolerance must be in [0, 1)"),
+            (not self.above or self.target_macs is not None, "above (stop short of the MAC target) needs target_macs"),
         ])
 
 

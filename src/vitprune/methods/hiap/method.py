@@ -9,7 +9,7 @@ from vitprune.errors import VitpruneError
 from vitprune.measure.target import MacTarget
 from vitprune.methods.hiap.config import PRESET, REQUIRES, TRAIN_DEFAULTS, HiAPConfig, HiAPRun
 from vitprune.runs.method import (
-    ChainStep, CommandLine, Method, Model, TargetSearch, build_config, build_train_config, split_settings,
+    ChainStep, CommandLine, Method, Model, TargetSearch, build_config, build_train_config, get_method, split_settings,
 )
 from vitprune.training.config import TrainConfig
 from vitprune.training.presets import get_preset
@@ -48,14 +48,11 @@ class HiAP(Method, CommandLine, ChainStep, TargetSearch):
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
-        # Its training is its search: the recovery's length at quick and standard effort, the paper's own at paper (a
-        # compare arm trains as long as every arm's recovery instead: arm_steps).
+        """HiAP's gate training (its search: as long as the recovery at quick and standard effort, the paper's own at
+        paper) and extraction, then, with ``exact``, VBP's neuron trim to the target: the extraction stops at the
+        smallest model above it (one gate can close a whole FFN block)."""
         epochs = {"quick": 1, "standard": 10, "paper": get_preset(PRESET).train.epochs}[effort]
-        return [{"method": self.name, "target_macs": target.to_json(), "epochs": epochs}]
-
-    def arm_steps(self, model: Model, target: MacTarget, effort: str, recovery: dict[str, Any]
-                  ) -> list[dict[str, Any]]:
-        # HiAP trains its weights with its gates: the recovery's training is its run (with its own distillation), and
-        # nothing follows the extraction.
-        train = {k: v for k, v in recovery.items() if k in {f.name for f in fields(TrainConfig)}}
-        return [{**self.target_steps(model, target, effort)[0], **train}]
+        hiap = {"method": self.name, "target_macs": target.to_json(), "epochs": epochs}
+        if not exact:
+            return [hiap]
+        return [{**hiap, "above": True}, *get_method("vbp").target_steps(model, target, effort)]

@@ -99,7 +99,7 @@ def run_hiap(model: nn.Module, data: MethodData, config: HiAPRun, ctx: RunContex
     dense_macs = count_macs(model)
     threshold = 0.0
     if wanted is not None:
-        threshold = budget_threshold(gates, fixed, wanted, settings.budget_tolerance)
+        threshold = budget_threshold(gates, fixed, wanted, settings.budget_tolerance, above=settings.above)
     layers = layer_summary(gates, threshold)
     predicted = hardened_macs(gates, fixed, threshold)
     stages.run("extract the pruned model", lambda: extract(work, gates, threshold))

@@ -93,9 +93,11 @@ def costs(gates: HiAPGates, fixed: int) -> dict[str, float]:
     return out
 
 
-def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance: float = BUDGET_TOLERANCE) -> float:
+def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance: float = BUDGET_TOLERANCE, *,
+                     above: bool = False) -> float:
     """The hardening threshold nearest the paper's 0 whose extracted model costs ``(1 − tolerance)·target`` to
-    ``target`` MACs; if no threshold lands in that band, the one giving the largest model within the target.
+    ``target`` MACs; if no threshold lands in that band, the one giving the largest model within the target. With
+    ``above``, the highest threshold whose model still costs more than the target (a finer step reaches it).
 
     The cost of ``1[α > t]`` only falls as ``t`` rises, and changes only where ``t`` passes a logit, so
     the candidates are 0 and the midpoints between consecutive distinct logits (an extension for
@@ -114,6 +116,8 @@ def budget_threshold(gates: HiAPGates, fixed: int, target_macs: float, tolerance
     if first_fit is None:
         raise UnreachableTargetError(f"no hardening of the gates fits {format_count(target_macs)} MACs; the nearest "
                                      f"costs {format_count(macs(last))}")
+    if above:  # the candidates start below every logit, where the model is dense and above the target
+        return candidates[max(int(first_fit) - 1, 0)]
     below = first(lambda i: macs(i) < (1 - tolerance) * target_macs, 0, last, integer=True)
     last_in_band = last if below is None else int(below) - 1
     if last_in_band < first_fit:

@@ -33,6 +33,9 @@ class STARConfig(JsonRecord):
                                             alias_parse=MacTarget.from_gmacs,
                                             help=f"MACs per image to reach (full convention): {SPELLING}; finds "
                                                  "rho.")
+    #: Stop short of ``target_macs`` (:func:`~vitprune.methods.star.rho_for_macs`' ``above``): a chain's next step
+    #: (VBP's neuron trim) reaches it exactly.
+    above: bool = False
     #: No ACS is computed for hand-set rates.
     rates: list[float] | None = setting(None, alternative=True,
                                         help="Hand-set keep rate per block, e.g. 1,1,1,0.7,...,0.5.")
@@ -72,6 +75,8 @@ class STARConfig(JsonRecord):
         if sum(x is not None for x in (self.rho, self.target_macs, self.rates)) != 1:
             raise VitpruneError("give exactly one of rho, target_macs (--target-macs) and rates (per-block keep "
                                 "rates)")
+        if self.above and self.target_macs is None:
+            raise VitpruneError("above (stop short of the MAC target) needs target_macs")
         if self.rates is not None and not all(0 < r <= 1 for r in self.rates):
             raise VitpruneError(f"keep rates must be in (0, 1], got {self.rates}")
         if self.rho is not None and not 0 < self.rho <= 1:

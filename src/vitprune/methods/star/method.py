@@ -6,7 +6,7 @@ from typing import Any
 
 from vitprune.measure.target import MacTarget
 from vitprune.methods.star.config import WITHOUT_LRP, STARConfig
-from vitprune.runs.method import ChainStep, CommandLine, Method, Model, TargetSearch
+from vitprune.runs.method import ChainStep, CommandLine, Method, Model, TargetSearch, get_method
 from vitprune.training.config import TrainConfig
 
 
@@ -24,7 +24,7 @@ class STAR(Method, CommandLine, ChainStep, TargetSearch):
     renderer = "vitprune.methods.star.render:render_star"
     summary = ("rho", "keep_rates")
     fixed = {"finetune": None}
-    settings = "STARConfig's fields: rho, target_macs or rates, alpha, adaptive, ..."
+    settings = "STARConfig's fields: rho, target_macs (with above) or rates, alpha, adaptive, ..."
 
     def defaults(self, settings: dict[str, Any]) -> dict[str, Any]:
         # rho's default (0.7) gives way to a MAC target or hand-set rates.
@@ -32,9 +32,14 @@ class STAR(Method, CommandLine, ChainStep, TargetSearch):
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
+        """STAR's bisection on rho, then, with ``exact``, VBP's neuron trim to the target: the STAR step stops at the
+        last schedule above it (keep rates move in whole tokens)."""
         from vitprune.adapters import get_adapter
 
         # [CLS] attention alone where the family propagates no relevance.
         alpha = STARConfig.alpha if "lrp" in get_adapter(model).capabilities else 1.0
         images = {"acs_images": 64, "lrp_images": 64} if effort == "quick" else {}
-        return [{"method": self.name, "target_macs": target.to_json(), "alpha": alpha, **images}]
+        star = {"method": self.name, "target_macs": target.to_json(), "alpha": alpha, **images}
+        if not exact:
+            return [star]
+        return [{**star, "above": True}, *get_method("vbp").target_steps(model, target, effort)]

@@ -112,7 +112,8 @@ def run_star(model: nn.Module, data: MethodData, config: STARConfig, ctx: RunCon
                 model, loader(config.acs_images), max_images=config.acs_images, progress=progress, dist=dist)))
         if rho is None:
             rho = stages.run("find rho for the MAC target", lambda: rho_for_macs(model, acs, config.target_macs,
-                                                                               anchor=config.anchor))
+                                                                               anchor=config.anchor,
+                                                                               above=config.above))
         rates = keep_rates(acs, rho, anchor=config.anchor)
     prior = None
     if config.alpha < 1:

@@ -107,8 +107,10 @@ def apply_keep_rates(model: nn.Module, rates: list[float], *, alpha: float, prio
 
 
 def rho_for_macs(model: nn.Module, acs: list[float], target: MacTarget, *, anchor: str = "paper",
-                 tol: float = 1e-4) -> float:
-    """The largest ``ρ`` whose schedule costs at most ``target`` (:func:`~vitprune.measure.target.reach`).
+                 tol: float = 1e-4, above: bool = False) -> float:
+    """The largest ``ρ`` whose schedule costs at most ``target`` (:func:`~vitprune.measure.target.reach`); with
+    ``above``, the smallest ``ρ`` tried whose schedule still costs more (whole tokens can jump past the target; a
+    neuron trim after it reaches the target exactly).
 
     MACs are counted by :func:`vitprune.measure.count_macs` on a scratch copy with the schedule applied (in the
     target's convention), and do not decrease as ``ρ`` grows, so bisection from ``ρ = 1`` (no pruning) towards
@@ -119,7 +121,7 @@ def rho_for_macs(model: nn.Module, acs: list[float], target: MacTarget, *, ancho
         apply_keep_rates(scratch, keep_rates(acs, rho, anchor=anchor), alpha=1.0)
         return count_macs(scratch, convention=target.convention).macs
 
-    return reach(macs, target, model, 1.0, tol, what="STAR's keep-rate schedule", tol=tol)
+    return reach(macs, target, model, 1.0, tol, what="STAR's keep-rate schedule", tol=tol, above=above)
 
 
 def check_reachable(model: nn.Module, target: MacTarget) -> None:

@@ -77,8 +77,9 @@ def mlp_statistics(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.
 
 
 def hidden_mlps(model: nn.Module) -> list[BlockView]:
-    """The views of every block whose MLP still has hidden neurons (not merged into one Linear)."""
-    views = [v for v in get_adapter(model).blocks() if not v.mlp.merged]
+    """The views of every block whose MLP still has hidden neurons (not merged into one Linear, nor cut to none, as
+    HiAP leaves a closed FFN block)."""
+    views = [v for v in get_adapter(model).blocks() if not v.mlp.merged and v.mlp.hidden_features > 0]
     if not views:
         raise VitpruneError("the model has no MLP with hidden neurons")
     return views

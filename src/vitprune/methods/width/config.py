@@ -46,6 +46,9 @@ class WidthConfig(JsonRecord):
                                             alias_parse=MacTarget.from_gmacs,
                                             help=f"MACs per image to reach (in --convention): {SPELLING}; found by "
                                                  "bisection on the ratio.")
+    #: Stop short of ``target_macs`` (:func:`~vitprune.methods.width.prune_width_to_macs`' ``above``): a chain's
+    #: next step (VBP's neuron trim) reaches it exactly.
+    above: bool = False
     convention: str = setting("full", choices=CONVENTIONS, help="MAC convention of --target-macs: full (with attention "
                                                                 "matmuls), linear (Linear/Conv only) or tp "
                                                                 "(torch-pruning's counter, as the HetDPT+ and "
@@ -90,6 +93,8 @@ class WidthConfig(JsonRecord):
         """Fail at once, before torch-pruning plans, on a setting it would reject."""
         if (self.ratio is None) == (self.target_macs is None):
             raise VitpruneError("give exactly one of ratio and target_macs (--target-macs)")
+        if self.above and self.target_macs is None:
+            raise VitpruneError("above (stop short of the MAC target) needs target_macs")
         if self.ratio is not None and not 0 <= self.ratio < 1:
             raise VitpruneError(f"width ratio must be in [0, 1), got {self.ratio}")
         for name, allowed in (("convention", CONVENTIONS), ("importance", IMPORTANCES)):

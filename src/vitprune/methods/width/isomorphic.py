@@ -253,10 +253,11 @@ def prune_width(model: nn.Module, ratio: float, **options: Any) -> WidthPlan:
     return plan
 
 
-def prune_width_to_macs(model: nn.Module, target: MacTarget, *, steps: int = 14,
+def prune_width_to_macs(model: nn.Module, target: MacTarget, *, steps: int = 14, above: bool = False,
                         **options: Any) -> tuple[float, WidthPlan]:
     """Prune ``model`` in place at the smallest ratio whose result costs at most ``target`` (counted in its
-    convention).
+    convention); with ``above``, at the largest ratio tried whose result still costs more, for a finer step (a neuron
+    trim) to reach the target exactly: width ratios move in whole heads and channels, which can jump past it.
 
     The ratio is found by bisection over ``[0, 0.95]`` (:func:`~vitprune.measure.target.reach`), planning on copies
     (``options`` as for :func:`plan_width`); a ratio that would remove every head of a block counts as too far (the
@@ -264,7 +265,7 @@ def prune_width_to_macs(model: nn.Module, target: MacTarget, *, steps: int = 14,
     MACs is one line; one below what ratio 0.95 (or the largest ratio that leaves every block a head) reaches is an
     :class:`~vitprune.errors.UnreachableTargetError`.
     """
-    plans: dict[float, WidthPlan] = {}
+    plans: dict[float, WidthPlan] = {0.0: WidthPlan()}
 
     def cost(ratio: float) -> int | None:
         trial = copy.deepcopy(model)
@@ -274,7 +275,7 @@ def prune_width_to_macs(model: nn.Module, target: MacTarget, *, steps: int = 14,
             return None
         return count_macs(trial, convention=target.convention).macs
 
-    found = reach(cost, target, model, 0.0, 0.95, what="width pruning", steps=steps,
+    found = reach(cost, target, model, 0.0, 0.95, what="width pruning", steps=steps, above=above,
                   beyond="every width ratio that reaches it removes every head of some block; lower heads")
     apply_width(model, plans[found])
     return found, plans[found]

@@ -7,7 +7,7 @@ from typing import Any
 
 from vitprune.measure.target import MacTarget
 from vitprune.methods.width.config import WIDTH_WITHOUT, WidthConfig
-from vitprune.runs.method import ChainStep, CommandLine, Method, Model, TargetSearch
+from vitprune.runs.method import ChainStep, CommandLine, Method, Model, TargetSearch, get_method
 
 
 class Width(Method, CommandLine, ChainStep, TargetSearch):
@@ -22,8 +22,8 @@ class Width(Method, CommandLine, ChainStep, TargetSearch):
             "neurons), cut by recorded edits; show before/after. Fine-tune the result with `vitprune finetune`.")
     data_optional = True
     summary = ("ratio", "plan", "taylor_images")
-    settings = ("WidthConfig's fields: ratio or target_macs (with convention), importance, heads, head_dims, embed, "
-                "isomorphic, round_to, taylor_batches, taylor_batch_size")
+    settings = ("WidthConfig's fields: ratio or target_macs (with convention and above), importance, heads, head_dims, "
+                "embed, isomorphic, round_to, taylor_batches, taylor_batch_size")
 
     def title_of(self, report: Any) -> str:
         options = report.options
@@ -33,11 +33,17 @@ class Width(Method, CommandLine, ChainStep, TargetSearch):
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
+        """Width pruning's bisection on the ratio, then, with ``exact``, VBP's neuron trim to the target: the width
+        step stops at the last ratio above it (a ratio moves in whole heads and channels), as HetDPT's whole layers
+        stop above it."""
         from vitprune.adapters import get_adapter
 
         # What the family cannot have cut stays whole, as WIDTH_WITHOUT tells a user to do.
         have = get_adapter(model).capabilities
         heads = {"heads": 0.0, "head_dims": 0.0} if "head_width" not in have else {}
-        return [{"method": self.name, "target_macs": target.to_json(), "convention": target.convention,
+        width = {"method": self.name, "target_macs": target.to_json(), "convention": target.convention,
                  "importance": "taylor", "embed": "embed_width" in have, **heads,
-                 "taylor_batches": 2 if effort == "quick" else 16}]
+                 "taylor_batches": 2 if effort == "quick" else 16}
+        if not exact:
+            return [width]
+        return [{**width, "above": True}, *get_method("vbp").target_steps(model, target, effort)]

@@ -80,7 +80,7 @@ def run_width(model: nn.Module, data: MethodData, config: WidthConfig, ctx: RunC
         taylor_images = int(all_reduce_sum(torch.tensor(sum(sizes))).item())
     ratio, target = config.ratio, config.target_macs
     if target is not None:
-        ratio, plan = prune_width_to_macs(pruned, target, **options)
+        ratio, plan = prune_width_to_macs(pruned, target, above=config.above, **options)
     else:
         plan = plan_width(pruned, ratio, **options)
         apply_width(pruned, plan)
