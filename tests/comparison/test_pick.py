@@ -36,8 +36,8 @@ def arms(monkeypatch):
              _arm("off", [range(1780, 1795), range(1820, 1835)], 3.00, met=False)]
     control = _arm("dense", [range(1780, 1790), range(1840, 1870)], 1.0, met=None)
     scores = {arm.run_dir: correct for arm, correct in [*built, control]}
-    # A fifth of the resamples: the rule is under test, not the p-values' last digit.
-    monkeypatch.setattr(pick_module, "paired_difference", functools.partial(paired_difference, resamples=2000))
+    # A tenth of the resamples: the rule is under test, not the p-values' last digit.
+    monkeypatch.setattr(pick_module, "paired_difference", functools.partial(paired_difference, resamples=1000))
     return [arm for arm, _ in built], control[0], lambda arm: scores[arm.run_dir]
 
 
