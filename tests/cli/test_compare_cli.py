@@ -29,7 +29,7 @@ def test_the_printed_command_reproduces_the_arm_bit_for_bit(capsys, tmp_path, mo
     assert best["arm"] == "vbp"
     words = shlex.split(best["command"])
     assert words[:7] == ["vitprune", "chain", "digits-vit", "--no-pretrained", "--seed", "1", "--data"]
-    arm = tmp_path / "compared" / "arms" / "macs-0.6" / "vbp"
+    arm = tmp_path / "compared" / "arms" / "macs-0.6" / "vbp" / "seed-1"
     chain = json.loads((arm / "chain.json").read_text())
     assert chain["seed"] == 1 and chain["train_images"] == 300
     assert [step["seed"] for step in chain["steps"]] == [1, 1]  # vbp's calibration draw, the recovery's training

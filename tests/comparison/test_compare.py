@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,7 +103,8 @@ def test_every_arm_runs_to_the_target_next_to_the_control(compared):
     assert [r.arm for r in report.arms] == arm_names() == ["hetdpt", "hiap", "star", "vbp", "width", *CHAINS]
     assert all(r.status == "done" for r in report.arms), [(r.arm, r.reason) for r in report.arms]
     for row in report.arms:
-        assert row.macs == count_macs(vitprune.load(run_dir / "arms" / "macs-0.6" / row.arm / "model")).macs
+        model_dir = run_dir / "arms" / "macs-0.6" / row.arm / "seed-0" / "model"
+        assert row.macs == count_macs(vitprune.load(model_dir)).macs and row.seeds == [0]
         assert row.macs_share == row.macs / dense and row.met == (abs(row.macs_share / 0.6 - 1) <= 0.01)
         assert row.interval[0] <= row.top1 <= row.interval[1] and row.speedup > 0 and row.seconds > 0
     # Every arm lands within 1% below the target: a coarse rate search (whole layers, heads, tokens, gates) stops
@@ -143,7 +145,7 @@ def test_the_answer_is_written_and_names_the_best_arm(compared):
     assert chosen["most_accurate"] in chosen["within_tolerance"] and best.speedup == max(r.speedup for r in within)
     assert f"**Pick at 60% of the MACs: {best.arm}**" in page and chosen["why"] in page
     command = chosen["command"]
-    steps = run_dir / "arms" / "macs-0.6" / best.arm / "chain.json"
+    steps = run_dir / "arms" / "macs-0.6" / best.arm / "seed-0" / "chain.json"
     assert command.startswith(f"vitprune chain digits-vit --data digits --steps {steps} ")
     assert load_chain(steps).to_dict()["steps"] == parse_chain(best.steps).to_dict()["steps"] == best.steps
     # The pick against every other scored arm and the control, paired image by image, Holm within the target.
@@ -167,7 +169,7 @@ def test_resume_reads_finished_arms_back(compared, monkeypatch):
                     RunContext(run_dir, speed=SPEED, resume=True))
     assert [r.to_dict() for r in again.arms] == [r.to_dict() for r in report.arms]
     assert again.control == report.control and again.pick == report.pick
-    with pytest.raises(VitpruneError, match="ran with other targets, budget, arms, seed or timing"):
+    with pytest.raises(VitpruneError, match="ran with other targets, budget, arms, seeds or timing"):
         compare(model, MethodData(train, val, calibration), CompareConfig(target_macs=0.6, budget="quick", epochs=2),
                 RunContext(run_dir, speed=SPEED, resume=True))
     with pytest.raises(VitpruneError, match="is not empty; pass --resume"):
@@ -192,8 +194,8 @@ def test_a_target_out_of_reach_is_reported_not_changed(tmp_path):
     assert report.pick == {"macs-0.02": None}
     assert "No arm reached this target" in (tmp_path / "report.md").read_text()
     # An unreachable arm is recorded: a resume does not try it again.
-    assert json.loads((tmp_path / "arms" / "macs-0.02" / "vbp" / ARM_FILE).read_text())["result"]["status"] == \
-        UNREACHABLE
+    stored = tmp_path / "arms" / "macs-0.02" / "vbp" / "seed-0" / ARM_FILE
+    assert json.loads(stored.read_text())["result"]["status"] == UNREACHABLE
 
 
 @pytest.mark.parametrize("name, kwargs, refused", [
@@ -276,3 +278,34 @@ def test_the_next_share_follows_a_power_law_through_the_last_two_probes():
                                                                    "speedup": 1 / 0.6}]
     assert run_module._next_share(two, 2.0) == pytest.approx(0.25)
     assert run_module._next_share([{"share": 0.05, "macs_share": 0.05, "speedup": 1.0}], 10.0) == 0.02
+
+
+def test_every_arm_and_the_control_run_under_each_seed(tmp_path):
+    """--seeds 0,1: each run its own chain (its subset and steps drawn under its seed), the arm's row their
+    combination (top-1 the mean, the two-way interval), the verdicts resampling seeds and images."""
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=2, patch_size=8)
+    train, val, calibration = _data(model, train=32, val=20)
+    report = compare(model, MethodData(train, val, calibration),
+                     CompareConfig(target_macs=0.6, arms=["vbp"], seeds=[0, 1], train_images=24),
+                     RunContext(tmp_path, speed=SPEED))
+    assert report.seeds == [0, 1]
+    for row in (report.arms[0], report.control):
+        assert row.status == "done" and row.seeds == [0, 1] and [r["seed"] for r in row.runs] == [0, 1]
+        assert row.top1 == pytest.approx(sum(r["top1"] for r in row.runs) / 2)
+        assert row.interval[0] <= row.top1 <= row.interval[1]
+        for run in row.runs:
+            chain = json.loads((Path(run["run_dir"]) / "chain.json").read_text())
+            assert chain["seed"] == run["seed"] and chain["train_images"] == 24
+            assert all(step["seed"] == run["seed"] for step in chain["steps"])
+    chosen = report.pick["macs-0.6"]
+    assert chosen["arm"] == "vbp" and chosen["seed"] == 0 and "/vbp/seed-0/chain.json" in chosen["command"]
+    assert [(v["b"], v["seeds"], v["images"]) for v in chosen["verdicts"]] == [("dense", 2, 20)]
+
+
+def test_the_budget_sets_how_many_seeds_unless_they_are_named():
+    assert CompareConfig().seed_list() == [0] and CompareConfig(seed=5).seed_list() == [5]
+    assert CompareConfig(budget="standard", seed=2).seed_list() == [2, 3, 4]
+    assert CompareConfig(budget="paper", seeds=[7]).seed_list() == [7]
+    with pytest.raises(VitpruneError, match="each once"):
+        CompareConfig(seeds=[1, 1]).seed_list()

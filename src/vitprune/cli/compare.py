@@ -97,5 +97,5 @@ def compare(
                       f"{chosen['why']}")
         console.print("  vs " + "; ".join(f"{v['b']}: {v['verdict']} ({v['effect']:+.2f} points)"
                                           for v in chosen["verdicts"]))
-        console.print(f"  alone: {chosen['command']}")
+        console.print(f"  alone (seed {chosen['seed']}): {chosen['command']}")
     console.print(f"report: {out / 'report.md'}, plot: {out / 'pareto.png'}, JSON: {out / 'report.json'}")

@@ -14,13 +14,15 @@ from vitprune.training.presets import get_preset
 class CompareBudget:
     """One comparison's spending. Every arm (and the dense control) gets the same ``recovery`` with ``distill`` from
     the dense model, on ``train_images`` class-balanced training images (``None``: all); ``effort`` sizes each
-    method's own selection (:data:`vitprune.runs.method.EFFORTS`)."""
+    method's own selection (:data:`vitprune.runs.method.EFFORTS`); every arm runs under ``seeds`` seeds unless the
+    comparison names them."""
 
     name: str
     recovery: TrainConfig
     distill: DistillConfig
     train_images: int | None
     effort: str
+    seeds: int
 
     def recovery_settings(self, seed: int) -> dict[str, Any]:
         """The ``finetune`` chain step of the recovery: epochs, lr, batch and the training settings that differ from
@@ -32,17 +34,17 @@ class CompareBudget:
         return {**train, "seed": seed, **asdict(self.distill)}
 
 
-#: ``quick``: one epoch on 2,000 training images (the claims page's recovery: AdamW 1e-4, soft distillation); minutes
-#: for a small model on a CPU. ``standard``: ten epochs on every training image (VBP's fine-tune length), the same
-#: schedule. ``paper``: the HetDPT paper's headline recipe for every arm (``imagenet-hetdpt``: DeiT's recipe, hard
+#: ``quick``: one seed, one epoch on 2,000 training images (the claims page's recovery: AdamW 1e-4, soft distillation); minutes
+#: for a small model on a CPU. ``standard``: three seeds, ten epochs on every training image (VBP's fine-tune length), the same
+#: schedule. ``paper``: three seeds of the HetDPT paper's headline recipe for every arm (``imagenet-hetdpt``: DeiT's recipe, hard
 #: distillation, 400 epochs, the longest of the papers' fine-tunes), each method's search at its paper's settings.
 BUDGETS = {
     "quick": CompareBudget("quick", TrainConfig(epochs=1, lr=1e-4, batch_size=64), DistillConfig("soft", 1.0, 1.0),
-                           2000, "quick"),
+                           2000, "quick", 1),
     "standard": CompareBudget("standard", TrainConfig(epochs=10, lr=1e-4, batch_size=64),
-                              DistillConfig("soft", 1.0, 1.0), None, "standard"),
+                              DistillConfig("soft", 1.0, 1.0), None, "standard", 3),
     "paper": CompareBudget("paper", get_preset("imagenet-hetdpt").train, get_preset("imagenet-hetdpt").distill, None,
-                           "paper"),
+                           "paper", 3),
 }
 
 

@@ -62,6 +62,10 @@ class CompareConfig:
     tolerance: float = setting(MARGIN, min=0, help="Top-1 points an arm may lose to the most accurate one and still "
                                                       "be picked for its speed (a one-sided paired test).")
     seed: int = setting(0, help=SEED_HELP)
+    seeds: list[int] | None = setting(None, help=(
+        "Seeds every arm and the control run under, comma-separated, e.g. 0,1,2 (default: --seed alone on quick; "
+        "--seed and the next two on standard and paper): each draws the training subset and every step's "
+        "randomness; the verdicts resample seeds and images."))
     model: str = "MODEL"
     data: str = "DATA"
 
@@ -71,6 +75,17 @@ class CompareConfig:
         self.speedup = [self.speedup] if isinstance(self.speedup, (int, float)) else list(self.speedup)
         self.time_batches = [self.time_batches] if isinstance(self.time_batches, int) else list(self.time_batches)
         self.runtime = [self.runtime] if isinstance(self.runtime, str) else list(self.runtime)
+        if isinstance(self.seeds, int):
+            self.seeds = [self.seeds]
+
+    def seed_list(self) -> list[int]:
+        """The seeds every arm runs under: :attr:`seeds`, else the budget's count from :attr:`seed` on; one line for
+        none or a repeated one."""
+        seeds = list(self.seeds) if self.seeds is not None else [
+            self.seed + i for i in range(self.resolved_budget().seeds)]
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise VitpruneError(f"--seeds needs at least one seed, each once; got {seeds}")
+        return seeds
 
     def batches(self, speed: SpeedConfig) -> list[int]:
         """Every batch the arms are timed at: ``speed``'s (the pick's) and :attr:`time_batches`, smallest first."""

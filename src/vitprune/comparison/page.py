@@ -33,6 +33,14 @@ def _row(r: ArmResult) -> str:
             f"{r.title} |")
 
 
+def _top1_words(seeds: list[int]) -> str:
+    if len(seeds) == 1:
+        return f"Every arm and the control ran under seed {seeds[0]}; top-1 with Wilson's 95% interval."
+    return (f"Every arm and the control ran under seeds {', '.join(map(str, seeds))}; top-1 is the mean over them, "
+            "with the 95% interval of the two-way bootstrap (seeds and images resampled), and the verdicts resample "
+            "both too.")
+
+
 def duration(seconds: float | None) -> str:
     """Seconds as the page and the command's log say them: ``45 s``, ``16.4 min``, ``–`` for none."""
     if seconds is None:
@@ -60,7 +68,7 @@ def render(report: CompareReport, plot: str | None = None) -> str:
         f"{report.speed['batch_size']} in {report.speed['runtimes'][0]}, {report.speed['dtype']}, on "
         f"{report.speed['device']} with {report.speed['threads']} threads (the speed the pick uses; every runtime and "
         "batch in each target's speed table). "
-        f"Top-1 with Wilson's 95% interval. Wall time {duration(report.seconds)} (estimated "
+        f"{_top1_words(report.seeds)} Wall time {duration(report.seconds)} (estimated "
         f"{duration(report.estimate_seconds)} before the run, recovery and training only).",
         "",
     ]
@@ -124,7 +132,7 @@ def _pick_lines(chosen: dict[str, Any] | None, target: Target) -> list[str]:
     lines = [f"**Pick at {target.describe()}: {chosen['arm']}** ({chosen['top1']:.2f}% top-1, "
              f"{_num(chosen['speedup'], '.2f')}× measured): {chosen['why']}. Rule (`--objective "
              f"{chosen['objective']}`): {chosen['rule']}. Statistically indistinguishable from it: "
-             f"{', '.join(same) if same else 'none'}. Alone: `{chosen['command']}`", ""]
+             f"{', '.join(same) if same else 'none'}. Alone (seed {chosen['seed']}): `{chosen['command']}`", ""]
     if chosen["verdicts"]:
         lines += ["| pick vs | verdict | difference (points) [95%] | p (pick not better) | p (pick not worse) |",
                   "|---|---|---|---|---|"]

@@ -83,6 +83,11 @@ class ArmResult(JsonRecord):
     #: A speedup target's probes: each MAC share tried (pruned, not recovered) and its measured speedup.
     probes: list[dict[str, Any]] | None = None
     run_dir: str | None = None
+    #: One run's seed; an arm's seeds and its runs (one :class:`ArmResult` per seed, JSON form), of which the fields
+    #: above are the combination (top-1: the mean over seeds with the two-way bootstrap's interval).
+    seed: int | None = None
+    seeds: list[int] | None = None
+    runs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -111,6 +116,8 @@ class CompareReport(JsonRecord):
     validation_images: int
     #: How the arms were timed (:class:`~vitprune.measure.SpeedConfig`'s fields) and where: device, dtype, threads.
     speed: dict[str, Any]
+    #: The seeds every arm and the control ran under.
+    seeds: list[int]
     mac_convention: str = CONVENTIONS["full"]
     run_dir: str = ""
 

@@ -79,7 +79,8 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     targets = sorted(targets, key=lambda t: (t.kind != "macs", -t.value.of(dense_macs) if t.kind == "macs"
                                              else t.value))
     run_dir = prepare_run_dir(ctx.run_dir, ctx.resume, start=model, seed=config.seed)
-    plan = {"targets": [t.label for t in targets], "budget": _budget_dict(budget), "seed": config.seed,
+    seeds = config.seed_list()
+    plan = {"targets": [t.label for t in targets], "budget": _budget_dict(budget), "seed": config.seed, "seeds": seeds,
             "arms": config.arms, "timing": {"batches": config.batches(ctx.speed), "runtimes": config.runtime,
                                             "dtype": config.dtype, "pairs": ctx.speed.pairs,
                                             "timed": ctx.speed.enabled}}
@@ -88,20 +89,19 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
 
     images = len(data.train) if budget.train_images is None else min(budget.train_images, len(data.train))
     names = [n for n in arm_names() if config.arms is None or n in config.arms]
-    runs = 1 + len(names) * len(targets)
+    runs = len(seeds) * (1 + len(names) * len(targets))
     estimate = _estimate(model, images, budget, runs, device)
-    ctx.log(f"up to {runs} runs ({len(targets)} target(s) x {len(names)} arms, and the dense control) on {images} "
+    ctx.log(f"up to {runs} runs ({len(seeds)} seed(s) x ({len(targets)} target(s) x {len(names)} arms, and the dense "
+            f"control)) on {images} "
             f"training images; estimated {duration(estimate)} for their recovery and training (searches and a "
             "speedup target's probes add to it)")
 
     loader = build_loader(data.val, 64, shuffle=False, seed=0)
     dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
-    runner = _Runner(model, data, replace(ctx, device=device), loader=loader, budget=budget, seed=config.seed,
+    runner = _Runner(model, data, replace(ctx, device=device), loader=loader, budget=budget, seeds=seeds,
                      dense_macs=dense_macs, total=runs, timing={"batches": config.batches(ctx.speed),
                                                                 "runtimes": config.runtime, "dtype": config.dtype})
-    control_arm = Arm(CONTROL, "dense + the same recovery", PLANNED,
-                      steps=[{"method": "finetune", **budget.recovery_settings(config.seed)}])
-    control = runner.run(control_arm, None, None, run_dir / ARMS_DIR / CONTROL)
+    control = runner.control(run_dir / ARMS_DIR / CONTROL)
     results = [runner.arm(name, t, run_dir / ARMS_DIR / t.label / name) for t in targets for name in names]
 
     interval = top1_interval(dense_correct)
@@ -112,7 +112,7 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
         control=control, arms=results, left_out=left_out(),
         pick={t.label: _pick(results, control, t.label, config, run_dir, runner.scores) for t in targets},
         estimate_seconds=estimate, seconds=_seconds(control, results, time.perf_counter() - start),
-        validation_images=len(dense_correct), run_dir=str(run_dir),
+        validation_images=len(dense_correct), run_dir=str(run_dir), seeds=seeds,
         speed={**asdict(ctx.speed), "device": str(device), "dtype": config.dtype, "threads": torch.get_num_threads(),
                "batches": config.batches(ctx.speed), "runtimes": config.runtime})
     on_main(lambda: _write(report, run_dir))
@@ -127,7 +127,7 @@ def _budget_dict(budget: CompareBudget) -> dict[str, Any]:
 def _check_plan(path: Path, plan: dict[str, Any], resume: bool) -> None:
     """Record the plan; a resumed comparison must keep its targets and budget (its finished arms were run so)."""
     if resume and path.is_file() and read_json(path) != plan:
-        raise VitpruneError(f"the comparison in {path.parent} ran with other targets, budget, arms, seed or timing; "
+        raise VitpruneError(f"the comparison in {path.parent} ran with other targets, budget, arms, seeds or timing; "
                             "resume with the same ones, or choose another --out")
     write_json(path, plan)
 
@@ -170,66 +170,113 @@ SHARES = (0.02, 0.98)
 
 
 class _Runner:
-    """Runs the arms of one comparison (or reads back those a resumed one finished) and keeps their scores."""
+    """Runs the arms of one comparison under each seed (or reads back those a resumed one finished) and keeps their
+    scores."""
 
     def __init__(self, model: nn.Module, data: MethodData, ctx: RunContext, *, loader: Any, budget: CompareBudget,
-                 seed: int, dense_macs: int, total: int, timing: dict[str, Any]):
+                 seeds: list[int], dense_macs: int, total: int, timing: dict[str, Any]):
         """``ctx``: the comparison's; each arm's chain runs in it with the arm's directory. ``timing``:
         :func:`~vitprune.comparison.timing.time_deployed`'s batches, runtimes and dtype (the first runtime at
         ``ctx.speed``'s batch is the pick's)."""
         self.model, self.data, self.ctx, self.loader, self.log = model, data, ctx, loader, ctx.log
-        self.budget, self.seed, self.dense_macs, self.total = budget, seed, dense_macs, total
+        self.budget, self.seeds, self.dense_macs, self.total = budget, seeds, dense_macs, total
         self.timing = timing
-        #: Each scored arm's per-image correctness, by run directory (rank 0 alone writes it to the arm's file).
+        #: Each scored run's per-image correctness by run directory (rank 0 alone writes it to the run's file), and
+        #: each scored arm's, ``[seeds, images]``, by the arm's directory.
         self.scores: dict[str, np.ndarray] = {}
         self.number = 0
 
+    def control(self, control_dir: Path) -> ArmResult:
+        """The dense model through the recovery alone, under each seed."""
+        runs = []
+        for seed in self.seeds:
+            arm = Arm(CONTROL, "dense + the same recovery", PLANNED,
+                      steps=[{"method": "finetune", **self.budget.recovery_settings(seed)}])
+            runs.append(self.run(arm, None, None, control_dir / f"seed-{seed}", seed))
+        return self._combine(runs, control_dir)
+
     def arm(self, name: str, target: Target, arm_dir: Path) -> ArmResult:
-        """Arm ``name`` at ``target``: planned at the MAC share (a speedup target's found by probing), then run."""
-        stored = self._stored(arm_dir)
-        if stored is not None:
-            return stored
+        """Arm ``name`` at ``target`` under each seed: planned at the MAC share (a speedup target's found by probing
+        under the first seed), then run."""
+        stored = {seed: self._stored(arm_dir / f"seed-{seed}") for seed in self.seeds}
+        known = next((result for result in stored.values() if result is not None), None)
         begin = time.perf_counter()
         probes: list[dict[str, Any]] | None = None
+        first: Arm | None = None
         if target.kind == "macs":
             share = target.value.of(self.dense_macs) / self.dense_macs
-            planned = plan_arm(self.model, name, target.value, self.budget, self.seed, dense_macs=self.dense_macs)
+        elif known is not None:  # a resumed arm keeps the share its probes found
+            share, probes = known.share, known.probes
         else:
-            planned, share, probes = self._probe(name, target.value, arm_dir.parent / "probes" / name)
-        if planned.status != PLANNED:
-            self.number += 1
-            result = ArmResult(name, planned.title, target.label, planned.status, reason=planned.reason, share=share,
-                               probes=probes)
-            on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
-            self.log(f"{self.number}/{self.total} {name} ({target.describe()}): {planned.status}: {planned.reason}")
-            return result
-        return self.run(planned, target, share, arm_dir, probes=probes, spent=time.perf_counter() - begin)
+            first, share, probes = self._probe(name, target.value, arm_dir.parent / "probes" / name, self.seeds[0])
+        spent = time.perf_counter() - begin
+        goal = target.value if target.kind == "macs" else MacTarget.relative(share)
+        runs = []
+        for seed in self.seeds:
+            if stored[seed] is not None:
+                runs.append(stored[seed])
+                continue
+            planned = first if first is not None and seed == self.seeds[0] else plan_arm(
+                self.model, name, goal, self.budget, seed, dense_macs=self.dense_macs)
+            if planned.status != PLANNED:  # the method's reason at this target: the other seeds would give it too
+                self.number += len(self.seeds)
+                result = ArmResult(name, planned.title, target.label, planned.status, reason=planned.reason,
+                                   share=share, probes=probes, run_dir=str(arm_dir), seeds=self.seeds)
+                on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
+                self.log(f"{self.number}/{self.total} {name} ({target.describe()}): {planned.status}: "
+                         f"{planned.reason}")
+                return result
+            runs.append(self.run(planned, target, share, arm_dir / f"seed-{seed}", seed, probes=probes,
+                                 spent=spent if seed == self.seeds[0] else 0.0))
+        return self._combine(runs, arm_dir)
 
-    def _stored(self, arm_dir: Path) -> ArmResult | None:
-        """The arm a resumed comparison finished (not one that stopped on an error: that one runs again, from its
+    def _stored(self, run_dir: Path) -> ArmResult | None:
+        """The run a resumed comparison finished (not one that stopped on an error: that one runs again, from its
         chain's last finished step)."""
-        if not self.ctx.resume or not (arm_dir / ARM_FILE).is_file():
+        if not self.ctx.resume or not (run_dir / ARM_FILE).is_file():
             return None
-        stored = read_json(arm_dir / ARM_FILE)
+        stored = read_json(run_dir / ARM_FILE)
         result = ArmResult(**stored["result"])
         if result.status == FAILED:
             return None
         self.number += 1
-        self.log(f"[bold]{self.number}/{self.total} {result.arm}[/] ({result.target or 'control'}): finished in an "
-                 "earlier run")
+        self.log(f"[bold]{self.number}/{self.total} {result.arm}[/] ({result.target or 'control'}, seed "
+                 f"{result.seed}): finished in an earlier run")
         if result.status == DONE:
             self.scores[result.run_dir] = unpack_correct(stored["correct"], len(self.loader.dataset))
         return result
 
-    def _probe(self, name: str, factor: float, probes_dir: Path) -> tuple[Arm, float, list[dict[str, Any]]]:
+    def _combine(self, runs: list[ArmResult], arm_dir: Path) -> ArmResult:
+        """One arm's runs under the seeds as one row: top-1 the mean over seeds with its two-way interval, MACs and
+        params the largest, on target only if every seed is, the speedups' medians over seeds, the wall times'
+        sum; a run that did not finish makes the arm's status and reason (naming its seed)."""
+        seeds = [run.seed for run in runs]
+        base = replace(runs[0], run_dir=str(arm_dir), seed=None, seeds=seeds, runs=[run.to_dict() for run in runs],
+                       seconds=sum(run.seconds or 0.0 for run in runs))
+        unfinished = next((run for run in runs if run.status != DONE), None)
+        if unfinished is not None:
+            reason = unfinished.reason if len(runs) == 1 else f"seed {unfinished.seed}: {unfinished.reason}"
+            return replace(base, status=unfinished.status, reason=reason,
+                           top1=None, interval=None, macs=None, macs_share=None, params=None, met=None, speedup=None,
+                           speedup_q1=None, speedup_q3=None, timings=None, memory=None)
+        correct = np.stack([self.scores[run.run_dir] for run in runs])
+        self.scores[str(arm_dir)] = correct
+        worst = max(runs, key=lambda run: run.macs)
+        met = None if runs[0].met is None else all(run.met for run in runs)
+        return replace(base, top1=100 * float(correct.mean()), interval=list(top1_interval(correct)),
+                       params=max(run.params for run in runs), macs=worst.macs, macs_share=worst.macs_share, met=met,
+                       reason=next((run.reason for run in runs if run.reason), None),
+                       **_median_speed(runs))
+
+    def _probe(self, name: str, factor: float, probes_dir: Path, seed: int) -> tuple[Arm, float, list[dict[str, Any]]]:
         """The MAC share at which arm ``name``'s pruned (not yet recovered) model runs ``factor`` times faster than
         the dense one: from ``1 / factor``, each next share from the speedups measured so far (a power law through
         the last two), until the factor lies within a probe's quartiles (or the next share is the same) or
-        :data:`PROBES` have run, then the share they point to. Returns the arm
-        planned at that share (or why it cannot be), the share and the probes."""
+        :data:`PROBES` have run, then the share they point to; every probe is planned under ``seed``. Returns the
+        arm planned at that share (or why it cannot be), the share and the probes."""
         share, probes = min(max(1 / factor, SHARES[0]), SHARES[1]), []
         for number in range(1, PROBES + 1):
-            planned = plan_arm(self.model, name, MacTarget.relative(share), self.budget, self.seed,
+            planned = plan_arm(self.model, name, MacTarget.relative(share), self.budget, seed,
                                dense_macs=self.dense_macs)
             if planned.status != PLANNED:
                 return planned, share, probes
@@ -238,7 +285,7 @@ class _Runner:
                 else planned.steps
             self.log(f"  {name}: probe {number} at {share:.1%} of the MACs")
             try:
-                chain = self._chain(steps, probes_dir / f"{number:02d}")
+                chain = self._chain(steps, probes_dir / f"{number:02d}", seed)
             except UnreachableTargetError as exc:
                 return Arm(name, planned.title, UNREACHABLE, reason=str(exc)), share, probes
             _, timing = self._time(load(probes_dir / f"{number:02d}" / RUN_MODEL_DIR,
@@ -254,14 +301,14 @@ class _Runner:
                 return planned, share, probes
             share = following
         # The probes ran out: the arm runs at the share they point to last.
-        return plan_arm(self.model, name, MacTarget.relative(share), self.budget, self.seed,
+        return plan_arm(self.model, name, MacTarget.relative(share), self.budget, seed,
                         dense_macs=self.dense_macs), share, probes
 
-    def _chain(self, steps: list[dict[str, Any]], run_dir: Path) -> Any:
-        """``steps`` run as a chain into ``run_dir`` with the comparison's seed and training subset: its
-        ``chain.json`` reproduces the arm alone. The chain does not time its model: :meth:`_time` does, as
+    def _chain(self, steps: list[dict[str, Any]], run_dir: Path, seed: int) -> Any:
+        """``steps`` run as a chain into ``run_dir`` under ``seed`` with the comparison's training subset: its
+        ``chain.json`` reproduces the run alone. The chain does not time its model: :meth:`_time` does, as
         deployed."""
-        config = parse_chain({"seed": self.seed, "train_images": self.budget.train_images, "steps": steps},
+        config = parse_chain({"seed": seed, "train_images": self.budget.train_images, "steps": steps},
                              onnx=False)
         speed = replace(self.ctx.speed, enabled=False)
         return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir, speed=speed))
@@ -281,28 +328,28 @@ class _Runner:
                        None)
         return deployed, primary
 
-    def run(self, arm: Arm, target: Target | None, share: float | None, arm_dir: Path,
+    def run(self, arm: Arm, target: Target | None, share: float | None, run_dir: Path, seed: int,
             probes: list[dict[str, Any]] | None = None, spent: float = 0.0) -> ArmResult:
-        """Run ``arm``'s chain into ``arm_dir`` and score it (``target`` ``None``: the control; ``spent``: seconds
-        its probes took)."""
-        stored = self._stored(arm_dir)
+        """Run ``arm``'s chain (its steps seeded with ``seed``) into ``run_dir`` and score it (``target`` ``None``:
+        the control; ``spent``: seconds its probes took)."""
+        stored = self._stored(run_dir)
         if stored is not None:
             return stored
         self.number += 1
         where = f" ({target.describe()})" if target is not None else ""
-        self.log(f"[bold]{self.number}/{self.total} {arm.name}{where}[/]: "
+        self.log(f"[bold]{self.number}/{self.total} {arm.name}{where}, seed {seed}[/]: "
                  f"{' → '.join(step['method'] for step in arm.steps)}")
         base = ArmResult(arm.name, arm.title, None if target is None else target.label, DONE, steps=arm.steps,
-                         share=share, run_dir=str(arm_dir), probes=probes)
+                         share=share, run_dir=str(run_dir), probes=probes, seed=seed)
         begin = time.perf_counter()
         try:
-            chain = self._chain(arm.steps, arm_dir)
-            final = load(arm_dir / RUN_MODEL_DIR, map_location=self.ctx.device).eval()
+            chain = self._chain(arm.steps, run_dir, seed)
+            final = load(run_dir / RUN_MODEL_DIR, map_location=self.ctx.device).eval()
             deployed, primary = self._time(final)
         except VitpruneError as exc:
             status = UNREACHABLE if isinstance(exc, UnreachableTargetError) else FAILED
             result = replace(base, status=status, reason=str(exc), seconds=spent + time.perf_counter() - begin)
-            on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict()}))
+            on_main(lambda: write_json(run_dir / ARM_FILE, {"result": result.to_dict()}))
             self.log(f"  {arm.name}{where} stopped: {exc}")
             return result
         correct = evaluate(final, self.loader, per_image=True)["correct"].numpy()
@@ -316,7 +363,7 @@ class _Runner:
                          speedup=timing.get("speedup"), speedup_q1=timing.get("speedup_q1"),
                          speedup_q3=timing.get("speedup_q3"), timings=deployed.get("timings"),
                          memory=deployed.get("memory"), seconds=spent + time.perf_counter() - begin)
-        on_main(lambda: write_json(arm_dir / ARM_FILE, {"result": result.to_dict(),
+        on_main(lambda: write_json(run_dir / ARM_FILE, {"result": result.to_dict(),
                                                         "correct": pack_correct(correct)}))
         self.scores[result.run_dir] = correct
         return result
@@ -346,6 +393,30 @@ def _met(target: Target | None, share: float | None, macs_share: float, timing: 
     return bool(timing) and timing["speedup_q1"] <= target.value <= timing["speedup_q3"]
 
 
+def _median_speed(runs: list[ArmResult]) -> dict[str, Any]:
+    """The runs' speed as one arm's: each statistic's median over the seeds (speedup, quartiles, and each timing's
+    speedups and milliseconds), the largest memory."""
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return float(np.median(known)) if known else None
+
+    speed = {key: median([getattr(run, key) for run in runs]) for key in ("speedup", "speedup_q1", "speedup_q3")}
+    timings = None
+    if runs[0].timings is not None:
+        timings = []
+        for rows in zip(*(run.timings for run in runs)):
+            if any("error" in row for row in rows):
+                timings.append(next(row for row in rows if "error" in row))
+                continue
+            timings.append({**rows[0], **{key: median([row[key] for row in rows])
+                                          for key in ("speedup", "speedup_q1", "speedup_q3", "ms", "dense_ms")}})
+    memory = None
+    if runs[0].memory is not None:
+        memory = {key: max((run.memory[key] for run in runs if run.memory[key] is not None), default=None)
+                  for key in runs[0].memory}
+    return {**speed, "timings": timings, "memory": memory}
+
+
 def _off_target(target: Target, share: float, macs_share: float, timing: dict[str, Any]) -> str:
     """Why a scored arm is off ``target``: where it landed."""
     if target.kind == "macs":
@@ -365,8 +436,9 @@ def _pick(results: list[ArmResult], control: ArmResult, label: str, config: Comp
                     objective=config.objective, tolerance=config.tolerance)
     if chosen is None:
         return None
-    steps = Path(run_dir) / ARMS_DIR / label / chosen["arm"] / "chain.json"
-    return {**chosen, "command": f"vitprune chain {config.model} --data {config.data} --steps {steps} "
+    first = next(r for r in scored if r.arm == chosen["arm"]).seeds[0]
+    steps = Path(run_dir) / ARMS_DIR / label / chosen["arm"] / f"seed-{first}" / "chain.json"
+    return {**chosen, "seed": first, "command": f"vitprune chain {config.model} --data {config.data} --steps {steps} "
                                  f"--out {run_dir.name}-{chosen['arm']}"}
 
 

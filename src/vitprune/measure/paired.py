@@ -174,9 +174,23 @@ def decide(differences: Sequence[PairedDifference], kinds: Sequence[str], *, alp
 
 
 
-def top1_interval(correct: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Wilson's score interval of one arm's top-1 (in points) from its per-image correctness: the interval a single
-    arm's accuracy is quoted with (two arms are compared with :func:`paired_difference`, not by their intervals)."""
+def top1_interval(correct: np.ndarray, level: float = 0.95, *, resamples: int = 10_000,
+                  seed: int = 0) -> tuple[float, float]:
+    """The interval an arm's top-1 (in points) is quoted with, from its per-image correctness: Wilson's score
+    interval for ``[images]`` (or one seed's ``[1, images]``); for ``[seeds, images]``, one arm run under several
+    seeds, the percentile interval of its mean over the two-way bootstrap that resamples seeds and images (two arms
+    are compared with :func:`paired_difference`, not by their intervals)."""
+    correct = np.asarray(correct)
+    if correct.ndim == 2 and correct.shape[0] > 1:
+        values = correct.astype(np.float64)
+        seeds, images = values.shape
+        draws = np.empty(resamples)
+        for chunk, w_seeds, w_images in _weights(seeds, images, resamples, seed):
+            draws[chunk] = 100 * np.einsum("bs,si,bi->b", w_seeds, values, w_images) / (seeds * images)
+        tail = (1 - level) / 2
+        low, high = np.quantile(draws, [tail, 1 - tail])
+        return float(low), float(high)
+    correct = correct.reshape(-1)
     n = len(correct)
     if n == 0:
         raise ValueError("an interval needs at least one image")
