@@ -118,6 +118,13 @@ def test_every_arm_runs_to_the_target_next_to_the_control(compared):
                      "hetdpt+": ["hetdpt", "width", "vbp", "finetune"],
                      "hetdpt+star": ["hetdpt", "star", "vbp", "finetune"]}
     assert all(r.steps[-3]["above"] for r in report.arms if r.arm not in ("hetdpt", "vbp"))
+    # HetDPT's Step 1 (its predictor, fitted on the dense model for any budget) runs once: the chains that start with
+    # HetDPT take the first arm's, and their chain files say so.
+    fitted = run_dir / "arms" / "macs-0.6" / "hetdpt" / "seed-0" / "steps" / "01-hetdpt" / "predictor.json"
+    assert fitted.is_file() and "predictor" not in report.arms[0].steps[0]
+    assert all(r.steps[0]["predictor"] == str(fitted) for r in report.arms if r.arm in ("hetdpt+", "hetdpt+star"))
+    step1 = [run_dir / "arms" / "macs-0.6" / arm / "seed-0" / "steps" / "01-hetdpt" for arm in ("hetdpt+", "hetdpt+star")]
+    assert not any((step / "predictor_points.json").exists() for step in step1)  # no probe fine-tunes of their own
     # Every arm recovers alike, and so does the control; HiAP's gate training is as long as the recovery.
     recoveries = [r.steps[-1] for r in report.arms] + [report.control.steps[-1]]
     assert all(step == recoveries[0] for step in recoveries) and recoveries[0]["epochs"] == 1

@@ -15,6 +15,7 @@ An arm that finished is read back on ``resume``; one that stopped goes on from i
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from dataclasses import asdict, replace
@@ -39,7 +40,8 @@ from vitprune.measure import count_macs
 from vitprune.measure.paired import pack_correct, top1_interval, unpack_correct
 from vitprune.measure.target import ON_TARGET, MacTarget, goal
 from vitprune.recipe import RUN_MODEL_DIR, load
-from vitprune.runs.chain import run_chain
+from vitprune.runs.chain import run_chain, step_path
+from vitprune.runs.method import TargetSearch, get_method
 from vitprune.runs.context import MethodData, RunContext, method_run
 from vitprune.runs.stages import prepare_run_dir
 from vitprune.runs.steps import parse_chain
@@ -185,6 +187,9 @@ class _Runner:
         #: each scored arm's, ``[seeds, images]``, by the arm's directory.
         self.scores: dict[str, np.ndarray] = {}
         self.number = 0
+        #: What finished steps leave for later steps of the same method and seed (HetDPT's predictor), by
+        #: :func:`_sharing_key`.
+        self.shared: dict[str | None, dict[str, Any]] = {}
 
     def control(self, control_dir: Path) -> ArmResult:
         """The dense model through the recovery alone, under each seed."""
@@ -244,7 +249,23 @@ class _Runner:
                  f"{result.seed}): finished in an earlier run")
         if result.status == DONE:
             self.scores[result.run_dir] = unpack_correct(stored["correct"], len(self.loader.dataset))
+            self._remember(result.steps, run_dir, result.seed)
         return result
+
+    def _reuse(self, steps: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+        """``steps`` with what an earlier step of the same method and seed left for them (HetDPT's predictor: one
+        Step 1 per seed, whichever arm or target ran it first); the chain file says so, so it reproduces the run."""
+        return [{**self.shared.get(_sharing_key(step, seed), {}), **step} for step in steps]
+
+    def _remember(self, steps: list[dict[str, Any]], run_dir: Path, seed: int) -> None:
+        """What the finished steps of the chain run in ``run_dir`` leave for later ones
+        (:meth:`~vitprune.runs.method.TargetSearch.reusable`)."""
+        for number, step in enumerate(steps, 1):
+            method = get_method(step["method"])
+            if isinstance(method, TargetSearch):
+                found = method.reusable(step, step_path(run_dir, number, step["method"]))
+                if found:
+                    self.shared.setdefault(_sharing_key(step, seed), found)
 
     def _combine(self, runs: list[ArmResult], arm_dir: Path) -> ArmResult:
         """One arm's runs under the seeds as one row: top-1 the mean over seeds with its two-way interval, MACs and
@@ -283,9 +304,11 @@ class _Runner:
             # The pruning alone: speed does not depend on the recovery (HiAP's training is its pruning).
             steps = planned.steps[:-1] if len(planned.steps) > 1 and planned.steps[-1]["method"] == "finetune" \
                 else planned.steps
+            steps = self._reuse(steps, seed)
             self.log(f"  {name}: probe {number} at {share:.1%} of the MACs")
             try:
                 chain = self._chain(steps, probes_dir / f"{number:02d}", seed)
+                self._remember(steps, probes_dir / f"{number:02d}", seed)
             except UnreachableTargetError as exc:
                 return Arm(name, planned.title, UNREACHABLE, reason=str(exc)), share, probes
             _, timing = self._time(load(probes_dir / f"{number:02d}" / RUN_MODEL_DIR,
@@ -335,6 +358,7 @@ class _Runner:
         stored = self._stored(run_dir)
         if stored is not None:
             return stored
+        arm = replace(arm, steps=self._reuse(arm.steps, seed))
         self.number += 1
         where = f" ({target.describe()})" if target is not None else ""
         self.log(f"[bold]{self.number}/{self.total} {arm.name}{where}, seed {seed}[/]: "
@@ -344,6 +368,7 @@ class _Runner:
         begin = time.perf_counter()
         try:
             chain = self._chain(arm.steps, run_dir, seed)
+            self._remember(arm.steps, run_dir, seed)
             final = load(run_dir / RUN_MODEL_DIR, map_location=self.ctx.device).eval()
             deployed, primary = self._time(final)
         except VitpruneError as exc:
@@ -367,6 +392,16 @@ class _Runner:
                                                         "correct": pack_correct(correct)}))
         self.scores[result.run_dir] = correct
         return result
+
+
+def _sharing_key(step: dict[str, Any], seed: int) -> str | None:
+    """Which steps share what one leaves (:meth:`~vitprune.runs.method.TargetSearch.reusable`): the same method and
+    seed, and the same settings but those the method lets vary (``None``: a method that shares nothing)."""
+    method = get_method(step["method"])
+    if not isinstance(method, TargetSearch):
+        return None
+    fixed = {k: v for k, v in step.items() if k not in method.varies and k != "seed"}
+    return json.dumps({"seed": seed, **fixed}, sort_keys=True)
 
 
 def _next_share(probes: list[dict[str, Any]], factor: float) -> float:

@@ -64,6 +64,11 @@ class ChainReport(RunReport):
     chain: list[dict[str, Any]]
 
 
+def step_path(run_dir: Path, number: int, method: str) -> Path:
+    """Where a chain run in ``run_dir`` keeps its step ``number`` (from 1), a ``method`` step."""
+    return run_dir / STEPS_DIR / f"{number:02d}-{method}"
+
+
 @method_run
 def run_chain(model: nn.Module, data: MethodData, config: ChainConfig, ctx: RunContext) -> ChainReport:
     """Run ``config``'s steps in order on a copy of ``model``; returns the report (also in ``ctx.run_dir/report.json``).
@@ -128,7 +133,7 @@ def _run_steps(model: nn.Module, data: MethodData, config: ChainConfig, steps: l
                 "top1": stages.run("evaluate the starting model", lambda: evaluate(model, val_loader)["top1"])}]
     current = model
     for number, (step, step_config) in enumerate(zip(steps, configs), 1):
-        step_dir = run_dir / STEPS_DIR / f"{number:02d}-{step.method}"
+        step_dir = step_path(run_dir, number, step.method)
         done = on_main(lambda: read_json(step_dir / STEP_FILE) if resume and (step_dir / STEP_FILE).exists()
                        else None)
         if done is not None:
@@ -189,13 +194,13 @@ def _reconcile(run_dir: Path, document: dict[str, Any]) -> None:
     old = {"steps": old} if isinstance(old, list) else old  # a chain.json from before it recorded what steps share
     shared = [key for key in DOCUMENT_KEYS if key in old and old[key] != document[key]]
     finished = [number for number, step in enumerate(document["steps"], 1)
-                if (run_dir / STEPS_DIR / f"{number:02d}-{step['method']}" / STEP_FILE).exists()]
+                if (step_path(run_dir, number, step["method"]) / STEP_FILE).exists()]
     if shared and finished:
         raise VitpruneError(f"the run in {run_dir} finished steps with another {', '.join(shared)}; resume with the "
                             "same ones, or choose another --out")
     before = old.get("steps", [])
     for number, step in enumerate(document["steps"], 1):
-        step_dir = run_dir / STEPS_DIR / f"{number:02d}-{step['method']}"
+        step_dir = step_path(run_dir, number, step["method"])
         was = before[number - 1] if number <= len(before) else None
         if number in finished and was != step:
             raise VitpruneError(f"step {number} of the run in {run_dir} finished with other settings; resume with "

@@ -34,6 +34,7 @@ from vitprune.measure.target import MacTarget
 from vitprune.training.config import TrainConfig, scaled_lr
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import TypeAlias
 
     from rich.console import Console
@@ -190,6 +191,15 @@ class TargetSearch:
         ``exact`` false the steps may stop above the target, where a later step of a chain goes on (HetDPT: whole
         layers only). A target it cannot reach is an :class:`~vitprune.errors.UnreachableTargetError`."""
         raise NotImplementedError
+
+    #: The settings in which two of its steps may differ and still share what :meth:`reusable` gives.
+    varies: ClassVar[tuple[str, ...]] = ()
+
+    def reusable(self, step: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+        """Settings a later step of this method can take from the finished chain step ``step`` (run in ``step_dir``)
+        instead of computing them again, where it runs under the same seed and its other settings but
+        :attr:`varies` are the same (HetDPT: its fitted accuracy predictor); none by default."""
+        return {}
 
     def arm_steps(self, model: Model, target: MacTarget, effort: str, recovery: dict[str, Any]
                   ) -> list[dict[str, Any]]:

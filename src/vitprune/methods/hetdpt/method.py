@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitprune.errors import VitpruneError
@@ -65,6 +66,16 @@ class HetDPT(Method, CommandLine, ChainStep, TargetSearch):
     def summarize(self, report: HetDPTReport, config: HetDPTRun) -> dict[str, Any]:
         recovered = {"top1": report.top1} if config.config.finetune is not None else {}
         return {**super().summarize(report, config), **recovered}
+
+    #: Steps of any layer budget share Step 1: its predictor is fitted on the dense model, for every budget.
+    varies = ("budget",)
+
+    def reusable(self, step: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+        from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE
+
+        fitted = step_dir / PREDICTOR_FILE
+        own = step.get("split", "auto") == "auto" and "predictor" not in step
+        return {"predictor": str(fitted)} if own and fitted.is_file() else {}
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
