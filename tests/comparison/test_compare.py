@@ -293,10 +293,15 @@ def test_every_arm_and_the_control_run_under_each_seed(tmp_path):
     torch.manual_seed(0)
     model = vitprune.create_model("digits-vit", depth=2, patch_size=8)
     train, val, calibration = _data(model, train=32, val=20)
+    lines: list[str] = []
     report = compare(model, MethodData(train, val, calibration),
                      CompareConfig(target_macs=0.6, arms=["vbp"], seeds=[0, 1], train_images=24),
-                     RunContext(tmp_path, speed=SPEED))
+                     RunContext(tmp_path, speed=SPEED, log=lines.append))
     assert report.seeds == [0, 1]
+    # One line per run with the time left, from the runs so far.
+    done = [line for line in lines if " done in " in line]
+    assert [line.split()[:2] for line in done] == [["1/4", "dense"], ["2/4", "dense"], ["3/4", "vbp"], ["4/4", "vbp"]]
+    assert all(re.search(r"; about \d+ s left$", line) for line in done) and done[-1].endswith("about 0 s left")
     for row in (report.arms[0], report.control):
         assert row.status == "done" and row.seeds == [0, 1] and [r["seed"] for r in row.runs] == [0, 1]
         assert row.top1 == pytest.approx(sum(r["top1"] for r in row.runs) / 2)

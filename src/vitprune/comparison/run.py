@@ -187,6 +187,8 @@ class _Runner:
         #: each scored arm's, ``[seeds, images]``, by the arm's directory.
         self.scores: dict[str, np.ndarray] = {}
         self.number = 0
+        #: Seconds of each run this call ran (not those read back), for the time left.
+        self.ran: list[float] = []
         #: What finished steps leave for later steps of the same method and seed (HetDPT's predictor), by
         #: :func:`_sharing_key`.
         self.shared: dict[str | None, dict[str, Any]] = {}
@@ -391,7 +393,18 @@ class _Runner:
         on_main(lambda: write_json(run_dir / ARM_FILE, {"result": result.to_dict(),
                                                         "correct": pack_correct(correct)}))
         self.scores[result.run_dir] = correct
+        self._eta(result)
         return result
+
+    def _eta(self, result: ArmResult) -> None:
+        """One line after each run this call ran: what it found, how long it took, and the time left at the mean of
+        the runs so far."""
+        self.ran.append(result.seconds or 0.0)
+        left = (self.total - self.number) * sum(self.ran) / len(self.ran)
+        found = (f"top-1 {result.top1:.2f}%, {result.macs_share:.1%} of the MACs"
+                 + (f", {result.speedup:.2f}×" if result.speedup is not None else ""))
+        self.log(f"  {self.number}/{self.total} {result.arm} done in {duration(result.seconds)} ({found}); about "
+                 f"{duration(left)} left")
 
 
 def _sharing_key(step: dict[str, Any], seed: int) -> str | None:
