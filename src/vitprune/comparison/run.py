@@ -166,7 +166,7 @@ def _step_seconds(model: nn.Module, batch: int, device: torch.device) -> float:
 
 
 #: A speedup target's probes per arm, at most.
-PROBES = 4
+PROBES = 6
 #: MAC shares a speedup target's probes keep within.
 SHARES = (0.02, 0.98)
 
@@ -302,7 +302,7 @@ class _Runner:
             planned = plan_arm(self.model, name, MacTarget.relative(share), self.budget, seed,
                                dense_macs=self.dense_macs)
             if planned.status != PLANNED:
-                return planned, share, probes
+                return replace(planned, reason=planned.reason + _fastest(probes)), share, probes
             # The pruning alone: speed does not depend on the recovery (HiAP's training is its pruning).
             steps = planned.steps[:-1] if len(planned.steps) > 1 and planned.steps[-1]["method"] == "finetune" \
                 else planned.steps
@@ -321,6 +321,10 @@ class _Runner:
             probes.append({"share": share, "macs_share": chain.pruned["macs_full"] / self.dense_macs,
                            "speedup": timing["speedup"], "speedup_q1": timing["speedup_q1"],
                            "speedup_q3": timing["speedup_q3"]})
+            if timing["speedup_q3"] < factor and share <= SHARES[0]:
+                return Arm(name, planned.title, UNREACHABLE, reason=f"{name} at {share:.1%} of the MACs, the least a "
+                           f"speedup target's probes try, runs slower than {factor:g}×{_fastest(probes)}"), \
+                    share, probes
             following = _next_share(probes, factor)
             if timing["speedup_q1"] <= factor <= timing["speedup_q3"] or abs(following - share) < 1e-3:
                 return planned, share, probes
@@ -417,9 +421,19 @@ def _sharing_key(step: dict[str, Any], seed: int) -> str | None:
     return json.dumps({"seed": seed, **fixed}, sort_keys=True)
 
 
+def _fastest(probes: list[dict[str, Any]]) -> str:
+    """The fastest a speedup target's probes found, as an unreachable arm's reason ends."""
+    if not probes:
+        return ""
+    best = max(probes, key=lambda p: p["speedup"])
+    return f"; the fastest it found is {best['speedup']:.2f}× at {best['macs_share']:.1%} of the MACs"
+
+
 def _next_share(probes: list[dict[str, Any]], factor: float) -> float:
     """The MAC share expected to run ``factor`` times faster: speedup taken as ``c * macs_share ** -g`` through the
-    last two probes (``g`` = 1, speed in proportion to MACs, after one)."""
+    last two probes (``g`` = 1, speed in proportion to MACs, after one), within :data:`SHARES`. Where it points at or
+    past a share already probed (at or above one too slow, at or below one fast enough), the geometric middle of the
+    bracket the probes make instead, so timing noise cannot send the search back where it has been."""
     last = probes[-1]
     g = 1.0
     if len(probes) > 1:
@@ -428,8 +442,12 @@ def _next_share(probes: list[dict[str, Any]], factor: float) -> float:
         rise = math.log(last["speedup"]) - math.log(before["speedup"])
         if run * rise < 0:  # speed rises as MACs fall: the power law's exponent
             g = -rise / run
-    share = last["share"] * (last["speedup"] / factor) ** (1 / g)
-    return min(max(share, SHARES[0]), SHARES[1])
+    share = min(max(last["share"] * (last["speedup"] / factor) ** (1 / g), SHARES[0]), SHARES[1])
+    slow = [p["share"] for p in probes if p["speedup"] < factor]
+    fast = [p["share"] for p in probes if p["speedup"] >= factor]
+    if (slow and share >= min(slow)) or (fast and share <= max(fast)):
+        share = math.sqrt(max(fast, default=SHARES[0]) * min(slow, default=SHARES[1]))
+    return share
 
 
 def _met(target: Target | None, share: float | None, macs_share: float, timing: dict[str, Any]) -> bool | None:
