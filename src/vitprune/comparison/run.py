@@ -15,7 +15,6 @@ An arm that finished is read back on ``resume``; one that stopped goes on from i
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from dataclasses import asdict, replace
@@ -189,9 +188,8 @@ class _Runner:
         self.number = 0
         #: Seconds of each run this call ran (not those read back), for the time left.
         self.ran: list[float] = []
-        #: What finished steps leave for later steps of the same method and seed (HetDPT's predictor), by
-        #: :func:`_sharing_key`.
-        self.shared: dict[str | None, dict[str, Any]] = {}
+        #: Every finished chain step and its directory, by seed and method: what later steps may reuse.
+        self.finished: dict[tuple[int, str], list[tuple[dict[str, Any], Path]]] = {}
 
     def control(self, control_dir: Path) -> ArmResult:
         """The dense model through the recovery alone, under each seed."""
@@ -255,19 +253,24 @@ class _Runner:
         return result
 
     def _reuse(self, steps: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
-        """``steps`` with what an earlier step of the same method and seed left for them (HetDPT's predictor: one
-        Step 1 per seed, whichever arm or target ran it first); the chain file says so, so it reproduces the run."""
-        return [{**self.shared.get(_sharing_key(step, seed), {}), **step} for step in steps]
+        """``steps`` with what an earlier finished step of the same method and seed leaves them
+        (:meth:`~vitprune.runs.method.TargetSearch.reuse`: HetDPT's predictor, one Step 1 per seed where budgets
+        allow); the chain file says so, so it reproduces the run."""
+        reused = []
+        for step in steps:
+            method = get_method(step["method"])
+            found = {}
+            if isinstance(method, TargetSearch):
+                found = next((given for earlier, step_dir in self.finished.get((seed, step["method"]), [])
+                              if (given := method.reuse(step, earlier, step_dir))), {})
+            reused.append({**found, **step})
+        return reused
 
     def _remember(self, steps: list[dict[str, Any]], run_dir: Path, seed: int) -> None:
-        """What the finished steps of the chain run in ``run_dir`` leave for later ones
-        (:meth:`~vitprune.runs.method.TargetSearch.reusable`)."""
+        """The finished steps of the chain run in ``run_dir``, for later steps to reuse."""
         for number, step in enumerate(steps, 1):
-            method = get_method(step["method"])
-            if isinstance(method, TargetSearch):
-                found = method.reusable(step, step_path(run_dir, number, step["method"]))
-                if found:
-                    self.shared.setdefault(_sharing_key(step, seed), found)
+            self.finished.setdefault((seed, step["method"]), []).append((step, step_path(run_dir, number,
+                                                                                         step["method"])))
 
     def _combine(self, runs: list[ArmResult], arm_dir: Path) -> ArmResult:
         """One arm's runs under the seeds as one row: top-1 the mean over seeds with its two-way interval, MACs and
@@ -409,16 +412,6 @@ class _Runner:
                  + (f", {result.speedup:.2f}×" if result.speedup is not None else ""))
         self.log(f"  {self.number}/{self.total} {result.arm} done in {duration(result.seconds)} ({found}); about "
                  f"{duration(left)} left")
-
-
-def _sharing_key(step: dict[str, Any], seed: int) -> str | None:
-    """Which steps share what one leaves (:meth:`~vitprune.runs.method.TargetSearch.reusable`): the same method and
-    seed, and the same settings but those the method lets vary (``None``: a method that shares nothing)."""
-    method = get_method(step["method"])
-    if not isinstance(method, TargetSearch):
-        return None
-    fixed = {k: v for k, v in step.items() if k not in method.varies and k != "seed"}
-    return json.dumps({"seed": seed, **fixed}, sort_keys=True)
 
 
 def _fastest(probes: list[dict[str, Any]]) -> str:

@@ -192,13 +192,10 @@ class TargetSearch:
         layers only). A target it cannot reach is an :class:`~vitprune.errors.UnreachableTargetError`."""
         raise NotImplementedError
 
-    #: The settings in which two of its steps may differ and still share what :meth:`reusable` gives.
-    varies: ClassVar[tuple[str, ...]] = ()
-
-    def reusable(self, step: dict[str, Any], step_dir: Path) -> dict[str, Any]:
-        """Settings a later step of this method can take from the finished chain step ``step`` (run in ``step_dir``)
-        instead of computing them again, where it runs under the same seed and its other settings but
-        :attr:`varies` are the same (HetDPT: its fitted accuracy predictor); none by default."""
+    def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+        """Settings chain step ``step`` can take from ``earlier``, a finished step of this method under the same seed
+        (run in ``step_dir``), instead of computing them again (HetDPT: the accuracy predictor an earlier step
+        fitted); none by default."""
         return {}
 
     def arm_steps(self, model: Model, target: MacTarget, effort: str, recovery: dict[str, Any]

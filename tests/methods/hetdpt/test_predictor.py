@@ -216,3 +216,20 @@ def test_plot_colours_span_the_measured_accuracies():
     assert levels[0] == 10.0 and levels[-1] == 100.0 and len(levels) == 21
     assert list(_accuracy_levels(np.array([81.2, 83.9]), steps=2)) == [80.0, 82.5, 85.0]
     assert list(_accuracy_levels(np.array([40.0, 40.0]), steps=1)) == [40.0, 45.0]  # one value: a band of 5
+
+
+def test_a_later_step_reuses_the_predictor_of_an_earlier_one_with_a_budget_no_smaller(tmp_path):
+    """Step 1's points reach the budget they were collected for: a step of a smaller or equal budget and otherwise
+    the same settings takes the fitted predictor; a larger budget, another setting, a fixed split or a missing file
+    do not."""
+    from vitprune.runs.method import get_method
+
+    hetdpt = get_method("hetdpt")
+    earlier = {"method": "hetdpt", "seed": 0, "budget": 6, "split": "auto", "preset": "digits"}
+    (tmp_path / "predictor.json").write_text("{}")
+    assert hetdpt.reuse({**earlier, "budget": 4}, earlier, tmp_path) == {"predictor": str(tmp_path / "predictor.json")}
+    assert hetdpt.reuse(earlier, earlier, tmp_path) != {}
+    for step in ({**earlier, "budget": 7}, {**earlier, "budget": 4, "seed": 1},
+                 {**earlier, "budget": 4, "split": [2, 2]}, {**earlier, "budget": 4, "probe_images": 64}):
+        assert hetdpt.reuse(step, earlier, tmp_path) == {}, step
+    assert hetdpt.reuse({**earlier, "budget": 4}, earlier, tmp_path / "elsewhere") == {}

@@ -67,15 +67,15 @@ class HetDPT(Method, CommandLine, ChainStep, TargetSearch):
         recovered = {"top1": report.top1} if config.config.finetune is not None else {}
         return {**super().summarize(report, config), **recovered}
 
-    #: Steps of any layer budget share Step 1: its predictor is fitted on the dense model, for every budget.
-    varies = ("budget",)
-
-    def reusable(self, step: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+    def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+        """Step 1 is the same for every budget up to the one it was run for (its points reach that far): a step
+        whose settings but a budget no larger are the earlier one's takes its fitted predictor."""
         from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE
 
         fitted = step_dir / PREDICTOR_FILE
-        own = step.get("split", "auto") == "auto" and "predictor" not in step
-        return {"predictor": str(fitted)} if own and fitted.is_file() else {}
+        same = {k: v for k, v in step.items() if k != "budget"} == {k: v for k, v in earlier.items() if k != "budget"}
+        fits = same and step.get("split", "auto") == "auto" and step["budget"] <= earlier["budget"]
+        return {"predictor": str(fitted)} if fits and fitted.is_file() else {}
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
