@@ -89,8 +89,9 @@ def test_the_target_reaches_every_rate_search_as_a_mac_target(compared):
     assert set(searches) == {name for _, name, _ in SEARCHES}
     assert all(isinstance(target, MacTarget) for targets in searches.values() for target in targets)
     for name, targets in searches.items():
-        if name == "budget_for_macs":  # also the chains' first steps: the square root of the share each
-            assert targets[0] == goal and [t.value for t in targets[1:]] == pytest.approx([dense * 0.6 ** 0.5] * 2)
+        if name == "budget_for_macs":  # also the chains' first steps (the square root of the share each), once for
+            # the estimate before anything runs and once when each arm runs
+            assert [t.value for t in targets] == pytest.approx([goal.value, *[dense * 0.6 ** 0.5] * 2] * 2)
         else:  # the method's own arm, and a chain's last step
             assert set(targets) == {goal}, name
 
@@ -330,3 +331,24 @@ def test_the_budget_sets_how_many_seeds_unless_they_are_named():
     assert CompareConfig(budget="paper", seeds=[7]).seed_list() == [7]
     with pytest.raises(VitpruneError, match="each once"):
         CompareConfig(seeds=[1, 1]).seed_list()
+
+
+def test_the_estimate_counts_each_methods_search():
+    """Each method's search in images through training steps and forward passes, from its step's settings: the
+    estimate before a comparison times both on the model."""
+    from vitprune.runs.method import get_method
+
+    model = vitprune.create_model("digits-vit", depth=3, patch_size=8)
+    target = MacTarget.absolute(0.6 * count_macs(model).macs)
+    cost = {name: get_method(name).search_cost(model, get_method(name).target_steps(model, target, "quick",
+                                                                                   exact=False)[0], 1000)
+            for name in ("vbp", "star", "width", "hiap", "hetdpt")}
+    assert cost["vbp"] == (0.0, 256.0)  # its statistics' one pass
+    assert cost["width"] == (128.0, 0.0)  # Taylor importance: 2 batches of 64
+    assert cost["hiap"] == (1000.0, 1000.0)  # one epoch of gate training, each image through the teacher too
+    assert cost["star"] == (64 * 6, 64 + 64)  # LRP from 6 classes of 64 images; the ACS and MAC passes
+    budget = get_method("hetdpt").target_steps(model, target, "quick", exact=False)[0]["budget"]
+    points = 2 * min(budget, 3) + 2 * (budget // 2)  # both sweeps and the interleaved one
+    assert cost["hetdpt"] == (1000 + points * 128, 3 * 64 * (1 + points))  # Step 2's epoch, Step 1's fine-tunes; TE
+    given = {**get_method("hetdpt").target_steps(model, target, "quick", exact=False)[0], "split": [1, 1]}
+    assert get_method("hetdpt").search_cost(model, given, 1000) == (1000.0, 3 * 64)

@@ -69,7 +69,7 @@ def render(report: CompareReport, plot: str | None = None) -> str:
         f"{report.speed['device']} with {report.speed['threads']} threads (the speed the pick uses; every runtime and "
         "batch in each target's speed table). "
         f"{_top1_words(report.seeds)} Wall time {duration(report.seconds)} (estimated "
-        f"{duration(report.estimate_seconds)} before the run, recovery and training only).",
+        f"{duration(report.estimate_seconds)} before the run, from the searches' and recoveries' images).",
         "",
     ]
     for label in report.targets:

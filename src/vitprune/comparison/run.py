@@ -91,11 +91,12 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     images = len(data.train) if budget.train_images is None else min(budget.train_images, len(data.train))
     names = [n for n in arm_names() if config.arms is None or n in config.arms]
     runs = len(seeds) * (1 + len(names) * len(targets))
-    estimate = _estimate(model, images, budget, runs, device)
+    planned = [plan_arm(model, name, t.value if t.kind == "macs" else MacTarget.relative(1 / t.value), budget,
+                        seeds[0], dense_macs=dense_macs) for t in targets for name in names]
+    estimate = _estimate(model, images, budget, len(seeds), planned, device)
     ctx.log(f"up to {runs} runs ({len(seeds)} seed(s) x ({len(targets)} target(s) x {len(names)} arms, and the dense "
-            f"control)) on {images} "
-            f"training images; estimated {duration(estimate)} for their recovery and training (searches and a "
-            "speedup target's probes add to it)")
+            f"control)) on {images} training images; estimated {duration(estimate)} for the methods' searches and "
+            "the recoveries (a speedup target's probes add to it)")
 
     loader = build_loader(data.val, 64, shuffle=False, seed=0)
     dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
@@ -133,16 +134,29 @@ def _check_plan(path: Path, plan: dict[str, Any], resume: bool) -> None:
     write_json(path, plan)
 
 
-def _estimate(model: nn.Module, images: int, budget: CompareBudget, runs: int, device: torch.device) -> float:
-    """Seconds ``runs`` recoveries on ``images`` training images take: training steps of ``model`` at the recovery's
-    batch, timed here."""
+def _estimate(model: nn.Module, images: int, budget: CompareBudget, seeds: int, planned: list[Arm],
+              device: torch.device) -> float:
+    """Seconds the comparison is expected to take under ``seeds`` seeds: each planned arm's searches
+    (:meth:`~vitprune.runs.method.TargetSearch.search_cost`: images through training steps and forward passes) and
+    every recovery (each arm's and the control's, each image also through the teacher), at the speed of a training
+    step and of a forward pass of ``model`` timed here. Reuse between arms (HetDPT's predictor) is not counted, so
+    the estimate errs long."""
     batch = min(budget.recovery.batch_size, images)
-    steps = budget.recovery.epochs * math.ceil(images / budget.recovery.batch_size)
-    return runs * steps * _step_seconds(model, batch, device)
+    train_seconds, forward_seconds = _image_seconds(model, batch, device)
+    recoveries = 1 + sum(arm.status == PLANNED for arm in planned)
+    train = forward = recoveries * budget.recovery.epochs * images
+    for arm in planned:
+        for step in arm.steps or ():
+            method = get_method(step["method"])
+            if isinstance(method, TargetSearch):
+                searched, passed = method.search_cost(model, step, images)
+                train, forward = train + searched, forward + passed
+    return seeds * (train * train_seconds + forward * forward_seconds)
 
 
-def _step_seconds(model: nn.Module, batch: int, device: torch.device) -> float:
-    """One training step's wall time (forward, backward, AdamW), the median of three after one untimed."""
+def _image_seconds(model: nn.Module, batch: int, device: torch.device) -> tuple[float, float]:
+    """Seconds per image of a training step (forward, backward, AdamW) and of a forward pass at ``batch``, each the
+    median of three after one untimed."""
     from vitprune.adapters import get_adapter
 
     adapter = get_adapter(model)
@@ -152,16 +166,27 @@ def _step_seconds(model: nn.Module, batch: int, device: torch.device) -> float:
     generator = torch.Generator(device).manual_seed(0)
     images = torch.randn(batch, *adapter.input_size, device=device, generator=generator)
     labels = torch.randint(0, adapter.num_classes, (batch,), device=device, generator=generator)
-    times = []
-    for _ in range(4):
-        begin = time.perf_counter()
+
+    def train() -> None:
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(class_logits(work(images)), labels).backward()
         optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - begin)
-    return float(np.median(times[1:]))
+
+    def forward() -> None:
+        with torch.no_grad():
+            work(images)
+
+    seconds = []
+    for step in (train, forward):
+        times = []
+        for _ in range(4):
+            begin = time.perf_counter()
+            step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - begin)
+        seconds.append(float(np.median(times[1:])) / batch)
+    return seconds[0], seconds[1]
 
 
 #: A speedup target's probes per arm, at most.

@@ -192,6 +192,12 @@ class TargetSearch:
         layers only). A target it cannot reach is an :class:`~vitprune.errors.UnreachableTargetError`."""
         raise NotImplementedError
 
+    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+        """What chain step ``step`` costs ``model``'s family to search, as images through a training step (forward,
+        backward, update) and through a forward pass, on ``images`` training images: ``vitprune compare``'s estimate
+        times both on the model. None by default."""
+        return 0.0, 0.0
+
     def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
         """Settings chain step ``step`` can take from ``earlier``, a finished step of this method under the same seed
         (run in ``step_dir``), instead of computing them again (HetDPT: the accuracy predictor an earlier step

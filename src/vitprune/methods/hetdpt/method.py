@@ -67,6 +67,25 @@ class HetDPT(Method, CommandLine, ChainStep, TargetSearch):
         recovered = {"top1": report.top1} if config.config.finetune is not None else {}
         return {**super().summarize(report, config), **recovered}
 
+    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+        """Step 1 (unless a predictor or a split is given): a fast fine-tune and a transfer-entropy pass over the
+        layers of a type per point, the points of both single-type sweeps and the interleaved one; Step 2: its
+        search epochs and one transfer-entropy pass."""
+        from vitprune.adapters import get_adapter
+
+        config = self.configure({k: v for k, v in step.items() if k != "method"}, "digits").config
+        layers = len(get_adapter(model).blocks())
+        te = layers * min(config.te_images, images)
+        train, forward = float(config.search.epochs * images), float(te)
+        if step.get("split", "auto") == "auto" and step.get("predictor") is None:
+            budget = step["budget"]
+            sweep = min(config.sweep_layers or budget, layers)
+            rounds = config.interleaved_rounds if config.interleaved_rounds is not None else budget // 2
+            points = 2 * sweep + 2 * rounds
+            train += points * config.probe.epochs * min(config.probe_images or images, images)
+            forward += points * te
+        return train, forward
+
     def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
         """Step 1 is the same for every budget up to the one it was run for (its points reach that far): a step
         whose settings but a budget no larger are the earlier one's takes its fitted predictor."""

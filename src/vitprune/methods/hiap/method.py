@@ -46,6 +46,11 @@ class HiAP(Method, CommandLine, ChainStep, TargetSearch):
         run.validate()
         return run
 
+    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+        # its gate training, each image also through the teacher
+        seen = float(step["epochs"] * images)
+        return seen, seen
+
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
         """HiAP's gate training (its search: as long as the recovery at quick and standard effort, the paper's own at

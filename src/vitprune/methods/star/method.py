@@ -30,6 +30,15 @@ class STAR(Method, CommandLine, ChainStep, TargetSearch):
         # rho's default (0.7) gives way to a MAC target or hand-set rates.
         return {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
 
+    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+        # The ACS pass and the a-STAR MAC average are forward passes; LRP propagates relevance back from each of the
+        # top classes of each image, about a training step each.
+        config = STARConfig(**{k: v for k, v in step.items() if k in ("acs_images", "lrp_images", "classes",
+                                                                      "mac_images")})
+        alpha = step.get("alpha", STARConfig.alpha)
+        lrp = min(config.lrp_images, images) * config.classes if alpha < 1 else 0
+        return float(lrp), float(min(config.acs_images, images) + config.mac_images)
+
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
         """STAR's bisection on rho, then, with ``exact``, VBP's neuron trim to the target: the STAR step stops at the

@@ -29,6 +29,10 @@ class VBP(Method, CommandLine, ChainStep, TargetSearch):
         # ratio's default (0.5) gives way to a MAC target.
         return {"ratio": None} if "target_macs" in settings else {}
 
+    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+        # one pass for the statistics
+        return 0.0, float(min(step.get("calibration_images") or images, images))
+
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
         # quick and standard: statistics on a class-balanced subset, as the claims page takes them

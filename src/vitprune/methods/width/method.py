@@ -31,6 +31,14 @@ class Width(Method, CommandLine, ChainStep, TargetSearch):
                 f"{'isomorphic' if options['isomorphic'] else 'global'}, heads {options['heads']:g}, head dims "
                 f"{options['head_dims']:g}{', stream channels' if options['embed'] else ''})")
 
+    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+        # Taylor importance: one gradient pass over its batches (torch-pruning's planning costs no images)
+        if step.get("importance", "magnitude") != "taylor":
+            return 0.0, 0.0
+        config = WidthConfig(ratio=0.5, **{k: v for k, v in step.items() if k in ("taylor_batches",
+                                                                                  "taylor_batch_size")})
+        return float(min(config.taylor_batches * config.taylor_batch_size, images)), 0.0
+
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
         """Width pruning's bisection on the ratio, then, with ``exact``, VBP's neuron trim to the target: the width
