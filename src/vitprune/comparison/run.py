@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -35,7 +36,8 @@ from vitprune.comparison.timing import check_timing, time_deployed
 from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
 from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
-from vitprune.measure import count_macs
+from vitprune.export import export_onnx
+from vitprune.measure import SpeedConfig, count_macs
 from vitprune.measure.paired import pack_correct, top1_interval, unpack_correct
 from vitprune.measure.target import ON_TARGET, MacTarget, goal
 from vitprune.recipe import RUN_MODEL_DIR, load
@@ -93,10 +95,12 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     runs = len(seeds) * (1 + len(names) * len(targets))
     planned = [plan_arm(model, name, t.value if t.kind == "macs" else MacTarget.relative(1 / t.value), budget,
                         seeds[0], dense_macs=dense_macs) for t in targets for name in names]
-    estimate = _estimate(model, images, budget, len(seeds), planned, device)
+    estimate = _estimate(model, images, budget, len(seeds), planned, device) + len(seeds) * (1 + len(planned)) * (
+        _evaluation_seconds(model, planned, len(data.val), device)
+        + (_timing_seconds(model, config, ctx.speed, device) if ctx.speed.enabled else 0.0))
     ctx.log(f"up to {runs} runs ({len(seeds)} seed(s) x ({len(targets)} target(s) x {len(names)} arms, and the dense "
-            f"control)) on {images} training images; estimated {duration(estimate)} for the methods' searches and "
-            "the recoveries (a speedup target's probes add to it)")
+            f"control)) on {images} training images; estimated {duration(estimate)} for the methods' searches, the "
+            "recoveries, the evaluations and the timings (a speedup target's probes add to it)")
 
     loader = build_loader(data.val, 64, shuffle=False, seed=0)
     dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
@@ -142,7 +146,8 @@ def _estimate(model: nn.Module, images: int, budget: CompareBudget, seeds: int, 
     step and of a forward pass of ``model`` timed here. Reuse between arms (HetDPT's predictor) is not counted, so
     the estimate errs long."""
     batch = min(budget.recovery.batch_size, images)
-    train_seconds, forward_seconds = _image_seconds(model, batch, device)
+    train_seconds, forward_seconds = _image_seconds(model, batch, device), _image_seconds(model, batch, device,
+                                                                                          train=False)
     recoveries = 1 + sum(arm.status == PLANNED for arm in planned)
     train = forward = recoveries * budget.recovery.epochs * images
     for arm in planned:
@@ -154,39 +159,58 @@ def _estimate(model: nn.Module, images: int, budget: CompareBudget, seeds: int, 
     return seeds * (train * train_seconds + forward * forward_seconds)
 
 
-def _image_seconds(model: nn.Module, batch: int, device: torch.device) -> tuple[float, float]:
-    """Seconds per image of a training step (forward, backward, AdamW) and of a forward pass at ``batch``, each the
-    median of three after one untimed."""
+def _evaluation_seconds(model: nn.Module, planned: list[Arm], val_images: int, device: torch.device) -> float:
+    """Seconds one run spends evaluating: a chain evaluates the validation images before and after each step, the
+    comparison once more (the longest planned chain's steps; the dense model's forward pass, timed here)."""
+    steps = max((len(arm.steps) for arm in planned if arm.steps), default=1)
+    return (2 * steps + 1) * val_images * _image_seconds(model, min(64, val_images), device, train=False)
+
+
+def _timing_seconds(model: nn.Module, config: CompareConfig, speed: SpeedConfig, device: torch.device) -> float:
+    """Seconds one run's timing as deployed takes: both models through each batch's warm-up and pairs, in each
+    runtime, at the dense model's forward speed timed here, and an ONNX export of both where onnxruntime times
+    them (the dense model's, timed here)."""
+    per_runtime = sum(2 * (speed.warmup + speed.pairs) * batch * _image_seconds(model, batch, device, train=False)
+                      for batch in config.batches(speed))
+    seconds = len(config.runtime) * per_runtime
+    if "onnxruntime" in config.runtime:
+        with tempfile.TemporaryDirectory() as tmp:
+            begin = time.perf_counter()
+            export_onnx(model, Path(tmp) / "dense.onnx")
+            seconds += 2 * (time.perf_counter() - begin)
+    return seconds
+
+
+def _image_seconds(model: nn.Module, batch: int, device: torch.device, *, train: bool = True) -> float:
+    """Seconds per image of a training step (forward, backward, AdamW; ``train``) or of a forward pass at
+    ``batch``, the median of three after one untimed."""
     from vitprune.adapters import get_adapter
 
     adapter = get_adapter(model)
-    work = copy.deepcopy(model).to(device).train()
+    work = copy.deepcopy(model).to(device).train(train)
     optimizer = torch.optim.AdamW(work.parameters(), lr=1e-6)
     # Drawn from a generator of its own: the arms that follow start from the random state the comparison had.
     generator = torch.Generator(device).manual_seed(0)
     images = torch.randn(batch, *adapter.input_size, device=device, generator=generator)
     labels = torch.randint(0, adapter.num_classes, (batch,), device=device, generator=generator)
 
-    def train() -> None:
+    def step() -> None:
+        if not train:
+            with torch.no_grad():
+                work(images)
+            return
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(class_logits(work(images)), labels).backward()
         optimizer.step()
 
-    def forward() -> None:
-        with torch.no_grad():
-            work(images)
-
-    seconds = []
-    for step in (train, forward):
-        times = []
-        for _ in range(4):
-            begin = time.perf_counter()
-            step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - begin)
-        seconds.append(float(np.median(times[1:])) / batch)
-    return seconds[0], seconds[1]
+    times = []
+    for _ in range(4):
+        begin = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - begin)
+    return float(np.median(times[1:])) / batch
 
 
 #: A speedup target's probes per arm, at most.
