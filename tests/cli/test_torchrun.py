@@ -107,7 +107,7 @@ def test_compare_under_torchrun_matches_one_process(saved_model, tmp_path):
     for key in ("macs", "params", "status", "met", "steps"):
         assert two["arms"][0][key] == one["arms"][0][key], key
     assert two["dense"] == one["dense"] and abs(two["arms"][0]["top1"] - one["arms"][0]["top1"]) <= 1.0
-    for arm in ("dense", "macs-0.7/vbp"):
+    for arm in ("dense/seed-0", "macs-0.7/vbp/seed-0"):
         weights = safetensors.torch.load_file(tmp_path / "two" / "arms" / arm / "model" / WEIGHTS_FILE)
         reference = safetensors.torch.load_file(tmp_path / "one" / "arms" / arm / "model" / WEIGHTS_FILE)
         assert weights.keys() == reference.keys()
