@@ -32,8 +32,8 @@ from vitprune.comparison.budget import CompareBudget
 from vitprune.comparison.config import CompareConfig, check_targets
 from vitprune.comparison.page import duration, write_page
 from vitprune.comparison.pick import choose
-from vitprune.comparison.timing import check_timing, time_deployed
 from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
+from vitprune.comparison.timing import check_timing, time_deployed
 from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.export import export_onnx
@@ -42,8 +42,8 @@ from vitprune.measure.paired import pack_correct, top1_interval, unpack_correct
 from vitprune.measure.target import ON_TARGET, MacTarget, goal
 from vitprune.recipe import RUN_MODEL_DIR, load
 from vitprune.runs.chain import run_chain, step_path
-from vitprune.runs.method import TargetSearch, get_method
 from vitprune.runs.context import MethodData, RunContext, method_run
+from vitprune.runs.method import TargetSearch, get_method
 from vitprune.runs.stages import prepare_run_dir
 from vitprune.runs.steps import parse_chain
 from vitprune.training import evaluate
@@ -93,8 +93,11 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     images = len(data.train) if budget.train_images is None else min(budget.train_images, len(data.train))
     names = [n for n in arm_names() if config.arms is None or n in config.arms]
     runs = len(seeds) * (1 + len(names) * len(targets))
-    planned = [plan_arm(model, name, t.value if t.kind == "macs" else MacTarget.relative(1 / t.value), budget,
-                        seeds[0], dense_macs=dense_macs) for t in targets for name in names]
+    # Every arm planned under the first seed (a speedup target's at 1 / factor): what the estimate counts, and a MAC
+    # target's first run.
+    plans = {(t.label, name): plan_arm(model, name, t.value if t.kind == "macs" else MacTarget.relative(1 / t.value),
+                                       budget, seeds[0], dense_macs=dense_macs) for t in targets for name in names}
+    planned = list(plans.values())
     estimate = _estimate(model, images, budget, len(seeds), planned, device) + len(seeds) * (1 + len(planned)) * (
         _evaluation_seconds(model, planned, len(data.val), device)
         + (_timing_seconds(model, config, ctx.speed, device) if ctx.speed.enabled else 0.0))
@@ -105,7 +108,7 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     loader = build_loader(data.val, 64, shuffle=False, seed=0)
     dense_correct = evaluate(model, loader, per_image=True)["correct"].numpy()
     runner = _Runner(model, data, replace(ctx, device=device), loader=loader, budget=budget, seeds=seeds,
-                     dense_macs=dense_macs, total=runs, timing={"batches": config.batches(ctx.speed),
+                     dense_macs=dense_macs, total=runs, plans=plans, timing={"batches": config.batches(ctx.speed),
                                                                 "runtimes": config.runtime, "dtype": config.dtype})
     control = runner.control(run_dir / ARMS_DIR / CONTROL)
     results = [runner.arm(name, t, run_dir / ARMS_DIR / t.label / name) for t in targets for name in names]
@@ -188,7 +191,7 @@ def _image_seconds(model: nn.Module, batch: int, device: torch.device, *, train:
 
     adapter = get_adapter(model)
     work = copy.deepcopy(model).to(device).train(train)
-    optimizer = torch.optim.AdamW(work.parameters(), lr=1e-6)
+    optimizer = torch.optim.AdamW(work.parameters(), lr=1e-6) if train else None
     # Drawn from a generator of its own: the arms that follow start from the random state the comparison had.
     generator = torch.Generator(device).manual_seed(0)
     images = torch.randn(batch, *adapter.input_size, device=device, generator=generator)
@@ -224,13 +227,15 @@ class _Runner:
     scores."""
 
     def __init__(self, model: nn.Module, data: MethodData, ctx: RunContext, *, loader: Any, budget: CompareBudget,
-                 seeds: list[int], dense_macs: int, total: int, timing: dict[str, Any]):
-        """``ctx``: the comparison's; each arm's chain runs in it with the arm's directory. ``timing``:
+                 seeds: list[int], dense_macs: int, total: int, plans: dict[tuple[str, str], Arm],
+                 timing: dict[str, Any]):
+        """``ctx``: the comparison's; each arm's chain runs in it with the arm's directory. ``plans``: each arm
+        planned under the first seed, by target label and arm name (a MAC target's first run). ``timing``:
         :func:`~vitprune.comparison.timing.time_deployed`'s batches, runtimes and dtype (the first runtime at
         ``ctx.speed``'s batch is the pick's)."""
         self.model, self.data, self.ctx, self.loader, self.log = model, data, ctx, loader, ctx.log
         self.budget, self.seeds, self.dense_macs, self.total = budget, seeds, dense_macs, total
-        self.timing = timing
+        self.plans, self.timing = plans, timing
         #: Each scored run's per-image correctness by run directory (rank 0 alone writes it to the run's file), and
         #: each scored arm's, ``[seeds, images]``, by the arm's directory.
         self.scores: dict[str, np.ndarray] = {}
@@ -259,6 +264,7 @@ class _Runner:
         first: Arm | None = None
         if target.kind == "macs":
             share = target.value.of(self.dense_macs) / self.dense_macs
+            first = self.plans[(target.label, name)]
         elif known is not None:  # a resumed arm keeps the share its probes found
             share, probes = known.share, known.probes
         else:
