@@ -18,7 +18,7 @@ from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import SpeedConfig, count_macs
 from vitprune.methods.hetdpt.method import hetdpt_plus_steps
 from vitprune.runs import ChainConfig, MethodData, RunContext
-from vitprune.runs.chain import CHAIN_FILE, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, run_chain
+from vitprune.runs.chain import CHAIN_FILE, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, run_chain, start_from
 from vitprune.runs.method import get_method, step_methods
 from vitprune.runs.steps import Step, check_chain, load_chain, parse_chain
 from vitprune.surgery import prune_depth, token_pruning_blocks
@@ -112,6 +112,31 @@ def test_an_interrupted_chain_resumes_at_the_step_it_stopped_in(setting, tmp_pat
     assert changed.steps[3]["summary"]["epochs"] == 2
     with pytest.raises(VitpruneError, match="not empty"):
         _run(setting, steps, tmp_path)
+
+
+def test_a_chain_begun_from_an_earlier_runs_steps_ends_as_if_it_ran_them(setting, tmp_path, monkeypatch):
+    """``start_from``: a run whose first steps an earlier run finished with the same settings and seed takes them
+    (hard links, their records naming where they ran) and runs only the rest; its model and chain file are those of
+    a run that did every step itself."""
+    first = [{"method": "depth", "attention": [1]}, {"method": "vbp", "ratio": 0.3, "calibration_images": 16}]
+    steps = [first[0], {"method": "vbp", "ratio": 0.5, "calibration_images": 16}]
+    _run(setting, parse_chain({"seed": 3, "steps": first}), tmp_path / "earlier")
+    chain = parse_chain({"seed": 3, "steps": steps})
+    alone = _run(setting, chain, tmp_path / "alone")
+    start_from(tmp_path / "shared", tmp_path / "earlier", 1)
+    monkeypatch.setattr(type(get_method("depth")), "run", lambda *a: pytest.fail("the shared step ran again"))
+    shared = _run(setting, chain, tmp_path / "shared", resume=True)
+    source = tmp_path / "earlier" / STEPS_DIR / "01-depth"
+    record = json.loads((tmp_path / "shared" / STEPS_DIR / "01-depth" / STEP_FILE).read_text())
+    assert record["shared_from"] == str(source) and record["dir"] == str(tmp_path / "shared" / STEPS_DIR / "01-depth")
+    weights = next((source / MODEL_DIR).glob("*.safetensors"))
+    copied = tmp_path / "shared" / STEPS_DIR / "01-depth" / MODEL_DIR / weights.name
+    assert copied.read_bytes() == weights.read_bytes()
+    assert [r["macs_full"] for r in shared.steps] == [r["macs_full"] for r in alone.steps]
+    assert json.loads((tmp_path / "shared" / CHAIN_FILE).read_text()) == json.loads(
+        (tmp_path / "alone" / CHAIN_FILE).read_text())
+    for name, value in vitprune.load(tmp_path / "alone" / MODEL_DIR).state_dict().items():
+        assert torch.equal(value, vitprune.load(tmp_path / "shared" / MODEL_DIR).state_dict()[name]), name
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ resumes at the step it stopped in (which itself resumes from its stage files):
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +42,7 @@ from vitprune.runs.method import get_method
 from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.runs.stages import START_FILE, Stages, finish_run, prepare_run_dir
 from vitprune.runs.steps import DOCUMENT_KEYS, ChainConfig, Step
-from vitprune.training import evaluate
+from vitprune.training import evaluate, seed_all
 from vitprune.training.distributed import on_main
 
 CHAIN_FILE, STEPS_DIR, STEP_FILE, MODEL_DIR = "chain.json", "steps", "step.json", RUN_MODEL_DIR
@@ -67,6 +68,29 @@ class ChainReport(RunReport):
 def step_path(run_dir: Path, number: int, method: str) -> Path:
     """Where a chain run in ``run_dir`` keeps its step ``number`` (from 1), a ``method`` step."""
     return run_dir / STEPS_DIR / f"{number:02d}-{method}"
+
+
+def start_from(run_dir: Path, earlier: Path, steps: int) -> None:
+    """Begin the chain run in ``run_dir`` with the first ``steps`` finished steps of the run in ``earlier``, which
+    started from the same model under the same seed and training subset, those steps' settings the same: its start
+    and chain files and those steps' directories (hard links where the filesystem allows: nothing rewrites a finished
+    step's files in place). :func:`run_chain` with ``resume`` then goes on after them (its chain file replaces the
+    copied one), and each shared step's record names the run it was computed in (``shared_from``)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in (START_FILE, CHAIN_FILE):
+        shutil.copy2(earlier / name, run_dir / name)
+    for number, step in enumerate(read_json(earlier / CHAIN_FILE)["steps"][:steps], 1):
+        source, target = step_path(earlier, number, step["method"]), step_path(run_dir, number, step["method"])
+        shutil.copytree(source, target, copy_function=_link)
+        write_json(target / STEP_FILE, {**read_json(source / STEP_FILE), "dir": str(target),
+                                        "shared_from": str(source)})
+
+
+def _link(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 @method_run
@@ -142,6 +166,9 @@ def _run_steps(model: nn.Module, data: MethodData, config: ChainConfig, steps: l
             records.append(done)
             continue
         method = get_method(step.method)
+        seed = step.settings.get("seed", config.seed)
+        if seed is not None:  # a step is its model, settings and seed, whatever ran before it in this process
+            seed_all(seed)
         # The chain owns its steps' directories: a one-model step that saved before its step.json replaces it.
         step_ctx = replace(ctx, run_dir=step_dir / MODEL_DIR if method.out_is_model else step_dir, device=device,
                            overwrite=True, speed=_NO_SPEED, teacher=model, name=None, on_epoch=None)

@@ -9,13 +9,13 @@ from vitprune.training.presets import PRESETS, Preset, get_preset
 
 __getattr__, __dir__ = lazy_exports(__name__, {
     ".distill": ("DistillationLoss", "make_teacher", "use_distillation_head"),
-    ".engine": ("Trainer", "TrainHooks", "weight_decay_groups"),
+    ".engine": ("Trainer", "TrainHooks", "seed_all", "weight_decay_groups"),
     ".evaluation": ("evaluate",),
     ".recover": ("finetune_pruned",),
 })
 
 __all__ = [
     "KINDS", "DistillConfig", "DistillationLoss", "OPTIMIZERS", "PRESETS", "Preset", "TrainConfig", "TrainHooks",
-    "Trainer", "evaluate", "finetune_pruned", "get_preset", "make_teacher",
+    "Trainer", "evaluate", "finetune_pruned", "get_preset", "make_teacher", "seed_all",
     "use_distillation_head", "weight_decay_groups",
 ]

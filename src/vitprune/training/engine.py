@@ -236,7 +236,7 @@ class Trainer:
                 raise VitpruneError(f"{self.run_dir} already holds a checkpoint; pass --resume to continue it")
             self._resume()
         else:
-            _seed_all(self.config.seed)
+            seed_all(self.config.seed)
         self._started = True
 
     def _run_epoch(self, on_batch: Callable[[Trainer, float, float], None] | None) -> dict[str, float]:
@@ -406,7 +406,9 @@ def logged_epochs(run_dir: str | Path) -> list[dict[str, Any]]:
 _NO_TALLY = (0.0, 0, 0, 0.0)
 
 
-def _seed_all(seed: int) -> None:
+def seed_all(seed: int) -> None:
+    """Seed the global random number generators a run draws from (torch's, Python's, NumPy's): augmentation in the
+    main process, dropout, initialisation."""
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
