@@ -126,6 +126,9 @@ def test_every_arm_runs_to_the_target_next_to_the_control(compared):
     assert all(r.steps[0]["predictor"] == str(fitted) for r in report.arms if r.arm in ("hetdpt+", "hetdpt+star"))
     step1 = [run_dir / "arms" / "macs-0.6" / arm / "seed-0" / "steps" / "01-hetdpt" for arm in ("hetdpt+", "hetdpt+star")]
     assert not any((step / "predictor_points.json").exists() for step in step1)  # no probe fine-tunes of their own
+    # HetDPT then STAR begins with the HetDPT step HetDPT+ ran (the same settings and seed), taken, not run again.
+    record = json.loads((step1[1] / "step.json").read_text())
+    assert record["shared_from"] == str(step1[0]) and record["dir"] == str(step1[1])
     # Every arm recovers alike, and so does the control; HiAP's gate training is as long as the recovery.
     recoveries = [r.steps[-1] for r in report.arms] + [report.control.steps[-1]]
     assert all(step == recoveries[0] for step in recoveries) and recoveries[0]["epochs"] == 1
@@ -341,7 +344,7 @@ def test_the_estimate_counts_each_methods_search():
     model = vitprune.create_model("digits-vit", depth=3, patch_size=8)
     target = MacTarget.absolute(0.6 * count_macs(model).macs)
     cost = {name: get_method(name).search_cost(model, get_method(name).target_steps(model, target, "quick",
-                                                                                   exact=False)[0], 1000)
+                                                                                   exact=False)[0], 1000, 200)
             for name in ("vbp", "star", "width", "hiap", "hetdpt")}
     assert cost["vbp"] == (0.0, 256.0)  # its statistics' one pass
     assert cost["width"] == (128.0, 0.0)  # Taylor importance: 2 batches of 64
@@ -349,6 +352,44 @@ def test_the_estimate_counts_each_methods_search():
     assert cost["star"] == (64 * 6, 64 + 64)  # LRP from 6 classes of 64 images; the ACS and MAC passes
     budget = get_method("hetdpt").target_steps(model, target, "quick", exact=False)[0]["budget"]
     points = 2 * min(budget, 3) + 2 * (budget // 2)  # both sweeps and the interleaved one
-    assert cost["hetdpt"] == (1000 + points * 128, 3 * 64 * (1 + points))  # Step 2's epoch, Step 1's fine-tunes; TE
+    # Step 2's epoch and Step 1's fine-tunes; TE once for Step 2 and once per type for Step 1 (TE-Static at quick
+    # effort), and the evaluation of each point and of the dense model
+    assert cost["hetdpt"] == (1000 + points * 128, 3 * 64 * (1 + 2) + 200 * (points + 1))
     given = {**get_method("hetdpt").target_steps(model, target, "quick", exact=False)[0], "split": [1, 1]}
-    assert get_method("hetdpt").search_cost(model, given, 1000) == (1000.0, 3 * 64)
+    assert get_method("hetdpt").search_cost(model, given, 1000, 200) == (1000.0, 3 * 64)
+    every_round = {**given, "split": "auto", "te_once": False}
+    assert get_method("hetdpt").search_cost(model, every_round, 1000, 200)[1] == 3 * 64 * (1 + points) + 200 * (
+        points + 1)
+
+
+def test_one_hetdpt_step_1_serves_every_target_and_the_estimate_counts_it_once(monkeypatch):
+    """Every planned HetDPT step's sweeps reach the largest planned budget, so the first one's predictor serves the
+    others of that seed (a probe beyond it keeps its own); the estimate counts what runs share once: Step 1 in the
+    first HetDPT step, and none of the HetDPT step that HetDPT then STAR shares with HetDPT+."""
+    from vitprune.runs.method import get_method
+
+    hetdpt = get_method("hetdpt")
+    planned = [{"method": "hetdpt", "budget": b, "split": "auto", "preset": "digits"} for b in (2, 3)]
+    assert hetdpt.shared_search(planned[0], planned) == {"sweep_layers": 3, "interleaved_rounds": 1}
+    assert hetdpt.shared_search({**planned[0], "budget": 4}, planned) == {}
+    paper = {**planned[0], "preset": "imagenet-hetdpt"}  # its preset fixes the interleaved rounds (3)
+    assert hetdpt.shared_search(paper, [paper]) == {"sweep_layers": 2}
+
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=6, patch_size=8)  # budgets 3 and 5 (HetDPT), 1 and 3 (chains)
+    budget = get_budget("quick")
+    arms = [arms_module.plan_arm(model, name, MacTarget.relative(share), budget, 0)
+            for share in (0.7, 0.5) for name in ("hetdpt", "hetdpt+", "hetdpt+star")]
+    searched = []
+    monkeypatch.setattr(run_module, "_image_seconds", lambda *a, **k: 1.0)
+    monkeypatch.setattr(run_module, "_chain_seconds", lambda model: 0.0)
+    monkeypatch.setattr(type(hetdpt), "search_cost", lambda self, model, step, images, val: searched.append(step)
+                        or (0.0, 0.0))
+    run_module._estimate(model, 100, 10, budget, 1, arms, torch.device("cpu"), None, SPEED)
+    assert [arm.status for arm in arms] == [PLANNED] * 6
+    assert all(step["sweep_layers"] == 5 and step["interleaved_rounds"] == 2 for step in searched)
+    # The 70% HetDPT step fits the predictor; every later one takes it; HetDPT then STAR runs none of its own.
+    assert [step["budget"] for step in searched] == [3, 1, 5, 3]  # hetdpt and hetdpt+ at each target
+    assert "predictor" not in searched[0] and all(step["predictor"] == str(Path("run-0", "steps", "01-hetdpt",
+                                                                                 "predictor.json"))
+                                                  for step in searched[1:])

@@ -69,7 +69,9 @@ def render(report: CompareReport, plot: str | None = None) -> str:
         f"{report.speed['device']} with {report.speed['threads']} threads (the speed the pick uses; every runtime and "
         "batch in each target's speed table). "
         f"{_top1_words(report.seeds)} Wall time {duration(report.seconds)} (estimated "
-        f"{duration(report.estimate_seconds)} before the run, from the searches' and recoveries' images).",
+        f"{duration(report.estimate_seconds)} before the run, from the searches' and recoveries' images); an arm's "
+        "wall time is that of the steps it ran, not of those it took from an earlier arm with the same settings and "
+        "seed (its step.json says `shared_from`).",
         "",
     ]
     for label in report.targets:

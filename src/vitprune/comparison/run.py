@@ -15,6 +15,7 @@ An arm that finished is read back on ``resume``; one that stopped goes on from i
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import tempfile
 import time
@@ -34,6 +35,7 @@ from vitprune.comparison.page import duration, write_page
 from vitprune.comparison.pick import choose
 from vitprune.comparison.report import DONE, FAILED, ArmResult, CompareReport, Target
 from vitprune.comparison.timing import check_timing, time_deployed
+from vitprune.consistency import check_consistency
 from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.export import export_onnx
@@ -41,7 +43,7 @@ from vitprune.measure import SpeedConfig, count_macs
 from vitprune.measure.paired import pack_correct, top1_interval, unpack_correct
 from vitprune.measure.target import ON_TARGET, MacTarget, goal
 from vitprune.recipe import RUN_MODEL_DIR, load
-from vitprune.runs.chain import run_chain, step_path
+from vitprune.runs.chain import CHAIN_FILE, run_chain, start_from, step_path
 from vitprune.runs.context import MethodData, RunContext, method_run
 from vitprune.runs.method import TargetSearch, get_method
 from vitprune.runs.stages import prepare_run_dir
@@ -98,9 +100,8 @@ def compare(model: nn.Module, data: MethodData, config: CompareConfig, ctx: RunC
     plans = {(t.label, name): plan_arm(model, name, t.value if t.kind == "macs" else MacTarget.relative(1 / t.value),
                                        budget, seeds[0], dense_macs=dense_macs) for t in targets for name in names}
     planned = list(plans.values())
-    estimate = _estimate(model, images, budget, len(seeds), planned, device) + len(seeds) * (1 + len(planned)) * (
-        _evaluation_seconds(model, planned, len(data.val), device)
-        + (_timing_seconds(model, config, ctx.speed, device) if ctx.speed.enabled else 0.0))
+    estimate = _estimate(model, images, len(data.val), budget, len(seeds), planned, device,
+                         config if ctx.speed.enabled else None, ctx.speed)
     ctx.log(f"up to {runs} runs ({len(seeds)} seed(s) x ({len(targets)} target(s) x {len(names)} arms, and the dense "
             f"control)) on {images} training images; estimated {duration(estimate)} for the methods' searches, the "
             "recoveries, the evaluations and the timings (a speedup target's probes add to it)")
@@ -141,40 +142,63 @@ def _check_plan(path: Path, plan: dict[str, Any], resume: bool) -> None:
     write_json(path, plan)
 
 
-def _estimate(model: nn.Module, images: int, budget: CompareBudget, seeds: int, planned: list[Arm],
-              device: torch.device) -> float:
-    """Seconds the comparison is expected to take under ``seeds`` seeds: each planned arm's searches
-    (:meth:`~vitprune.runs.method.TargetSearch.search_cost`: images through training steps and forward passes) and
-    every recovery (each arm's and the control's, each image also through the teacher), at the speed of a training
-    step and of a forward pass of ``model`` timed here. Reuse between arms (HetDPT's predictor) is not counted, so
-    the estimate errs long."""
+def _estimate(model: nn.Module, images: int, val_images: int, budget: CompareBudget, seeds: int, planned: list[Arm],
+              device: torch.device, config: CompareConfig | None, speed: SpeedConfig) -> float:
+    """Seconds the comparison is expected to take under ``seeds`` seeds, from a training step and a forward pass of
+    ``model`` timed here: each planned arm's searches (:meth:`~vitprune.runs.method.TargetSearch.search_cost`: images
+    through training steps and forward passes) and every recovery (each arm's and the control's, each image also
+    through the teacher); per run, its evaluations (:func:`_evaluation_images`), its timing as deployed (``config``;
+    ``None``: not timed) and what every chain does besides (a saved and reloaded model per step and the final
+    model's consistency check, timed here on the dense model). What runs share is counted once, as the runner shares
+    it: the first steps an earlier run ran, and what a method reuses from an earlier step (HetDPT's Step 1)."""
+    seconds = functools.cache(lambda batch, train: _image_seconds(model, batch, device, train=train))
     batch = min(budget.recovery.batch_size, images)
-    train_seconds, forward_seconds = _image_seconds(model, batch, device), _image_seconds(model, batch, device,
-                                                                                          train=False)
     recoveries = 1 + sum(arm.status == PLANNED for arm in planned)
     train = forward = recoveries * budget.recovery.epochs * images
-    for arm in planned:
-        for step in arm.steps or ():
+    by_method: dict[str, list[dict[str, Any]]] = _planned_steps(planned)
+    finished: dict[str, list[tuple[dict[str, Any], Path]]] = {}
+    chains: list[tuple[list[dict[str, Any]], Path]] = []
+    for number, arm in enumerate(a for a in planned if a.status == PLANNED):
+        run_dir = Path(f"run-{number}")  # where the run would be: reuse names files there
+        steps = _settled(arm.steps, by_method, lambda method: finished.get(method, []))
+        shared = _shared_start(steps, chains)
+        for index, step in enumerate(steps):
             method = get_method(step["method"])
-            if isinstance(method, TargetSearch):
-                searched, passed = method.search_cost(model, step, images)
+            if isinstance(method, TargetSearch) and (shared is None or index >= shared[1]):
+                searched, passed = method.search_cost(model, step, images, val_images)
                 train, forward = train + searched, forward + passed
-    return seeds * (train * train_seconds + forward * forward_seconds)
-
-
-def _evaluation_seconds(model: nn.Module, planned: list[Arm], val_images: int, device: torch.device) -> float:
-    """Seconds one run spends evaluating: a chain evaluates the validation images before and after each step, the
-    comparison once more (the longest planned chain's steps; the dense model's forward pass, timed here)."""
+        for index, step in enumerate(steps):
+            finished.setdefault(step["method"], []).append((step, step_path(run_dir, index + 1, step["method"])))
+        chains.append((steps, run_dir))
+    total = train * seconds(batch, True) + forward * seconds(batch, False)
     steps = max((len(arm.steps) for arm in planned if arm.steps), default=1)
-    return (2 * steps + 1) * val_images * _image_seconds(model, min(64, val_images), device, train=False)
+    per_run = (_evaluation_images(steps, val_images) * seconds(min(64, val_images), False)
+               + (steps + 1) * _chain_seconds(model))
+    if config is not None:
+        per_run += _timing_seconds(model, config, speed, lambda batch: seconds(batch, False))
+    return seeds * (total + (1 + len(planned)) * per_run)
 
 
-def _timing_seconds(model: nn.Module, config: CompareConfig, speed: SpeedConfig, device: torch.device) -> float:
+def _evaluation_images(steps: int, val_images: int) -> int:
+    """Images one run puts through an evaluation: a chain evaluates the validation images before and after each of its
+    ``steps``, the comparison once more."""
+    return (2 * steps + 1) * val_images
+
+
+def _chain_seconds(model: nn.Module) -> float:
+    """Seconds of what a chain does to a model besides training and evaluating it, timed on ``model``: the consistency
+    check of its final model (a save and a reload, the MAC counter against FlopCounterMode, the recipe rebuilt),
+    which also stands for each step's save and reload."""
+    begin = time.perf_counter()
+    check_consistency(copy.deepcopy(model).cpu(), onnx=False)
+    return time.perf_counter() - begin
+
+
+def _timing_seconds(model: nn.Module, config: CompareConfig, speed: SpeedConfig, forward: Any) -> float:
     """Seconds one run's timing as deployed takes: both models through each batch's warm-up and pairs, in each
-    runtime, at the dense model's forward speed timed here, and an ONNX export of both where onnxruntime times
-    them (the dense model's, timed here)."""
-    per_runtime = sum(2 * (speed.warmup + speed.pairs) * batch * _image_seconds(model, batch, device, train=False)
-                      for batch in config.batches(speed))
+    runtime, at the dense model's forward speed (``forward(batch)``: seconds per image), and an ONNX export of both
+    where onnxruntime times them (the dense model's, timed here)."""
+    per_runtime = sum(2 * (speed.warmup + speed.pairs) * batch * forward(batch) for batch in config.batches(speed))
     seconds = len(config.runtime) * per_runtime
     if "onnxruntime" in config.runtime:
         with tempfile.TemporaryDirectory() as tmp:
@@ -216,6 +240,47 @@ def _image_seconds(model: nn.Module, batch: int, device: torch.device, *, train:
     return float(np.median(times[1:])) / batch
 
 
+def _planned_steps(planned: list[Arm]) -> dict[str, list[dict[str, Any]]]:
+    """The planned arms' steps, by method."""
+    steps: dict[str, list[dict[str, Any]]] = {}
+    for arm in planned:
+        for step in arm.steps or ():
+            steps.setdefault(step["method"], []).append(step)
+    return steps
+
+
+def _settled(steps: list[dict[str, Any]], planned: dict[str, list[dict[str, Any]]],
+             finished: Any) -> list[dict[str, Any]]:
+    """``steps`` with the settings that let one search serve their method's ``planned`` steps
+    (:meth:`~vitprune.runs.method.TargetSearch.shared_search`) and what the first fitting earlier step of the method
+    (``finished(method)``: its steps and their directories) leaves them
+    (:meth:`~vitprune.runs.method.TargetSearch.reuse`)."""
+    settled = []
+    for step in steps:
+        method = get_method(step["method"])
+        if isinstance(method, TargetSearch):
+            step = {**step, **method.shared_search(step, planned.get(step["method"], []))}
+            found = next((given for earlier, step_dir in finished(step["method"])
+                          if (given := method.reuse(step, earlier, step_dir))), {})
+            step = {**found, **step}
+        settled.append(step)
+    return settled
+
+
+def _shared_start(steps: list[dict[str, Any]], chains: list[tuple[list[dict[str, Any]], Path]]
+                  ) -> tuple[Path, int] | None:
+    """Of ``chains`` (earlier runs' steps and directories, one seed), the one that began with the most of ``steps``
+    (the same settings, so the same models: the HetDPT step that HetDPT+ and HetDPT then STAR begin with, a speedup
+    target's last probe) and how many; ``None``: none began with the first."""
+    best = None
+    for earlier, run_dir in chains:
+        count = next((n for n, (mine, theirs) in enumerate(zip(steps, earlier)) if mine != theirs),
+                     min(len(steps), len(earlier)))
+        if count and (best is None or count > best[1]):
+            best = (run_dir, count)
+    return best
+
+
 #: A speedup target's probes per arm, at most.
 PROBES = 6
 #: MAC shares a speedup target's probes keep within.
@@ -236,6 +301,8 @@ class _Runner:
         self.model, self.data, self.ctx, self.loader, self.log = model, data, ctx, loader, ctx.log
         self.budget, self.seeds, self.dense_macs, self.total = budget, seeds, dense_macs, total
         self.plans, self.timing = plans, timing
+        #: The planned steps by method: what one search of each may serve.
+        self.planned = _planned_steps(list(plans.values()))
         #: Each scored run's per-image correctness by run directory (rank 0 alone writes it to the run's file), and
         #: each scored arm's, ``[seeds, images]``, by the arm's directory.
         self.scores: dict[str, np.ndarray] = {}
@@ -244,6 +311,8 @@ class _Runner:
         self.ran: list[float] = []
         #: Every finished chain step and its directory, by seed and method: what later steps may reuse.
         self.finished: dict[tuple[int, str], list[tuple[dict[str, Any], Path]]] = {}
+        #: Every finished chain run's steps and directory, by seed: the steps a later run begins with, where the same.
+        self.chains: dict[int, list[tuple[list[dict[str, Any]], Path]]] = {}
 
     def control(self, control_dir: Path) -> ArmResult:
         """The dense model through the recovery alone, under each seed."""
@@ -308,21 +377,13 @@ class _Runner:
         return result
 
     def _reuse(self, steps: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
-        """``steps`` with what an earlier finished step of the same method and seed leaves them
-        (:meth:`~vitprune.runs.method.TargetSearch.reuse`: HetDPT's predictor, one Step 1 per seed where budgets
-        allow); the chain file says so, so it reproduces the run."""
-        reused = []
-        for step in steps:
-            method = get_method(step["method"])
-            found = {}
-            if isinstance(method, TargetSearch):
-                found = next((given for earlier, step_dir in self.finished.get((seed, step["method"]), [])
-                              if (given := method.reuse(step, earlier, step_dir))), {})
-            reused.append({**found, **step})
-        return reused
+        """``steps`` settled (:func:`_settled`) against the finished steps of the same seed: HetDPT's Step 1 once per
+        seed, its sweeps reaching every planned budget; the chain file says so, so it reproduces the run."""
+        return _settled(steps, self.planned, lambda method: self.finished.get((seed, method), []))
 
     def _remember(self, steps: list[dict[str, Any]], run_dir: Path, seed: int) -> None:
-        """The finished steps of the chain run in ``run_dir``, for later steps to reuse."""
+        """The finished steps of the chain run in ``run_dir``, for later steps and runs to reuse."""
+        self.chains.setdefault(seed, []).append((steps, run_dir))
         for number, step in enumerate(steps, 1):
             self.finished.setdefault((seed, step["method"]), []).append((step, step_path(run_dir, number,
                                                                                          step["method"])))
@@ -398,7 +459,18 @@ class _Runner:
         config = parse_chain({"seed": seed, "train_images": self.budget.train_images, "steps": steps},
                              onnx=False)
         speed = replace(self.ctx.speed, enabled=False)
-        return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir, speed=speed))
+        resume = self.ctx.resume
+        shared = self._shared(steps, seed)
+        if shared is not None and not on_main(lambda: (run_dir / CHAIN_FILE).exists()):
+            earlier, count = shared
+            on_main(lambda: start_from(run_dir, earlier, count))
+            resume = True
+            self.log(f"  step{'s 1-' if count > 1 else ' '}{count} as run in {earlier} (the same settings and seed)")
+        return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir, speed=speed, resume=resume))
+
+    def _shared(self, steps: list[dict[str, Any]], seed: int) -> tuple[Path, int] | None:
+        """The finished run under ``seed`` that began with the most of ``steps`` (:func:`_shared_start`)."""
+        return _shared_start(steps, self.chains.get(seed, []))
 
     def _time(self, final: nn.Module, *, primary_only: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """``final`` timed as deployed against the dense model (rank 0 times, every rank gets it; nothing without

@@ -192,16 +192,24 @@ class TargetSearch:
         layers only). A target it cannot reach is an :class:`~vitprune.errors.UnreachableTargetError`."""
         raise NotImplementedError
 
-    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+    def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
+                    ) -> tuple[float, float]:
         """What chain step ``step`` costs ``model``'s family to search, as images through a training step (forward,
-        backward, update) and through a forward pass, on ``images`` training images: ``vitprune compare``'s estimate
-        times both on the model. None by default."""
+        backward, update) and through a forward pass, on ``images`` training images and ``val_images`` validation
+        images (a search that evaluates its candidates): ``vitprune compare``'s estimate times both on the model. None
+        by default."""
         return 0.0, 0.0
 
     def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
-        """Settings chain step ``step`` can take from ``earlier``, a finished step of this method under the same seed
-        (run in ``step_dir``), instead of computing them again (HetDPT: the accuracy predictor an earlier step
-        fitted); none by default."""
+        """Settings chain step ``step`` can take from ``earlier``, a step of this method finished under the same seed
+        in ``step_dir`` (or, for an estimate, to be), instead of computing them again (HetDPT: the accuracy
+        predictor an earlier step fitted); none by default."""
+        return {}
+
+    def shared_search(self, step: dict[str, Any], planned: list[dict[str, Any]]) -> dict[str, Any]:
+        """Settings chain step ``step`` takes so that one search serves it and ``planned`` (this method's steps that
+        a comparison plans: every target and arm) through :meth:`reuse` (HetDPT: Step 1's sweeps reaching the largest
+        layer budget); none by default."""
         return {}
 
     def arm_steps(self, model: Model, target: MacTarget, effort: str, recovery: dict[str, Any]

@@ -107,6 +107,23 @@ def test_each_removal_is_the_minimal_te_layer(run, data):
     assert calls[0][3] == transfer_entropy(model, "attention", expected)
 
 
+def test_te_once_ranks_each_type_once_on_the_starting_model(run, data):
+    """TE-Static (``te_once``): one TE pass per type, on the dense model, and every sweep removes that type's layers
+    in its order; the points' layout is the every-round collection's."""
+    model = run[0]
+    points, calls = _collect(data, _tiny(), te_once=True)
+    assert [(p["algorithm"], len(p["attention_removed"]), len(p["activation_removed"])) for p in points] == LAYOUT
+    assert [(kind, candidates) for kind, candidates, *_ in calls] == [("attention", [0, 1, 2]),
+                                                                      ("activation", [0, 1, 2])]
+    order = {kind: sorted(scores, key=lambda b: (scores[b], b)) for kind, _, _, scores in calls}
+    assert calls[0][3] == pytest.approx(transfer_entropy(model, "attention", [(calls[0][2], None)]), rel=1e-9)
+    for point in points:
+        for kind in ("attention", "activation"):
+            assert point[f"{kind}_removed"] == order[kind][:len(point[f"{kind}_removed"])]
+    # A resumed collection ranks again on the starting model and goes on in the same order.
+    assert _collect(data, _tiny(), te_once=True, resume_points=points[:3])[0] == points
+
+
 @pytest.mark.parametrize("done", range(len(LAYOUT) + 1))
 def test_resume_reproduces_the_points(run, data, done):
     _, _, points, calls, _ = run

@@ -219,9 +219,9 @@ def test_plot_colours_span_the_measured_accuracies():
 
 
 def test_a_later_step_reuses_the_predictor_of_an_earlier_one_with_a_budget_no_smaller(tmp_path):
-    """Step 1's points reach the budget they were collected for: a step of a smaller or equal budget and otherwise
-    the same settings takes the fitted predictor; a larger budget, another setting, a fixed split or a missing file
-    do not."""
+    """Step 1's points reach the budget they were collected for (or its sweeps' ``sweep_layers``): a step of a
+    smaller or equal budget and otherwise the same settings takes the fitted predictor; a larger budget, another
+    setting or a fixed split do not."""
     from vitprune.runs.method import get_method
 
     hetdpt = get_method("hetdpt")
@@ -232,4 +232,7 @@ def test_a_later_step_reuses_the_predictor_of_an_earlier_one_with_a_budget_no_sm
     for step in ({**earlier, "budget": 7}, {**earlier, "budget": 4, "seed": 1},
                  {**earlier, "budget": 4, "split": [2, 2]}, {**earlier, "budget": 4, "probe_images": 64}):
         assert hetdpt.reuse(step, earlier, tmp_path) == {}, step
-    assert hetdpt.reuse({**earlier, "budget": 4}, earlier, tmp_path / "elsewhere") == {}
+    reaching = {**earlier, "budget": 3, "sweep_layers": 6}  # a smaller budget whose sweeps reach 6
+    assert hetdpt.reuse({**reaching, "budget": 6}, reaching, tmp_path) == {
+        "predictor": str(tmp_path / "predictor.json")}
+    assert hetdpt.reuse({**reaching, "budget": 7}, reaching, tmp_path) == {}

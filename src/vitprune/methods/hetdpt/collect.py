@@ -9,8 +9,12 @@ inheriting the previous round's fine-tuned weights:
 
 Within a type the layer removed is the one of minimal transfer entropy
 (:func:`~vitprune.methods.hetdpt.entropy.transfer_entropy`) on a fixed class-balanced subset of
-the training data, without augmentation (``te_set``). Algorithm 2 is written attention-first, while the paper's DeiT-B data were
-collected activation-first; ``order`` chooses, and the default follows the pseudo-code.
+the training data, without augmentation (``te_set``), measured again on the current model each
+round as the algorithms say, or (``te_once``, a cheaper reading for small budgets) ranked once on
+the starting model, each sweep removing its type's layers in that order: the paper's TE-Static
+ranking, which costs one TE pass per type instead of one per point. Algorithm 2 is written
+attention-first, while the paper's DeiT-B data were collected activation-first; ``order``
+chooses, and the default follows the pseudo-code.
 
 Algorithm 2's first half-step, one layer of the first type, is the first round of Algorithm 1
 along that type all over again: same model, same TE, same seeded fine-tune. So, as in the
@@ -57,7 +61,7 @@ def collect_predictor_data(
     model: nn.Module, train_set: Dataset, val_set: Dataset, *, max_attention: int, max_activation: int,
     interleaved_rounds: int, finetune: TrainConfig, te_set: Dataset | None = None, te_images: int = 512,
     te_batch_size: int = 128, order: str = "attention-first", identity: str = "norm", output_gelu: bool = False,
-    device: torch.device | str | None = None,
+    te_once: bool = False, device: torch.device | str | None = None,
     progress: bool = False, on_point: Callable[[list[dict[str, Any]]], None] | None = None,
     resume_points: Sequence[dict[str, Any]] | None = None, dist: DistContext | None = None,
 ) -> list[dict[str, Any]]:
@@ -67,7 +71,8 @@ def collect_predictor_data(
     ``max_attention`` points of Algorithm 1 along attention, ``max_activation`` along activation,
     and ``2 * interleaved_rounds`` of Algorithm 2 (in ``order``, a key of
     :data:`INTERLEAVED_ORDERS`), one fewer when its first step repeats Algorithm 1's (see the
-    module docstring). Each round finds the layer of minimal TE (ties: the lower block) on
+    module docstring). Each round finds the layer of minimal TE (ties: the lower block; ``te_once``:
+    the next in the starting model's TE order, see the module docstring) on
     ``te_images`` class-balanced images of ``te_set`` (:func:`~vitprune.data.balanced_subset`, in
     batches of ``te_batch_size``; default ``train_set``, but TE should see the training images
     without augmentation: pass them with the evaluation transform), removes it with
@@ -110,6 +115,17 @@ def collect_predictor_data(
     te_batches = _te_batches(te_set if te_set is not None else train_set, te_images, te_batch_size, finetune.seed,
                              dist)
     val_loader = build_loader(val_set, finetune.batch_size, shuffle=False, seed=0)
+    ranked: dict[str, list[int]] = {}
+
+    def lowest(current: nn.Module, kind: str, removed: list[int]) -> int:
+        """The block of ``kind`` this round removes: minimal TE now, or next in the starting model's order."""
+        if not te_once:
+            scores = transfer_entropy(current, kind, te_batches, identity=identity, output_gelu=output_gelu, dist=dist)
+            return min(scores, key=lambda b: (scores[b], b))
+        if kind not in ranked:
+            scores = transfer_entropy(start, kind, te_batches, identity=identity, output_gelu=output_gelu, dist=dist)
+            ranked[kind] = sorted(scores, key=lambda b: (scores[b], b))
+        return next(block for block in ranked[kind] if block not in removed)
 
     with progress_bar(progress and (dist is None or dist.is_main)) as bar:
         total = 1 + sum(not shared for _, steps in sweeps for _, shared in steps)
@@ -143,9 +159,7 @@ def collect_predictor_data(
                     block = point[f"{kind}_removed"][-1]
                 else:
                     bar.update(task, description=f"{where}: transfer entropy")
-                    scores = transfer_entropy(current, kind, te_batches, identity=identity, output_gelu=output_gelu,
-                                              dist=dist)
-                    block = min(scores, key=lambda b: (scores[b], b))
+                    block = lowest(current, kind, removed[kind])
                 bar.update(task, description=f"{where}: {kind} {block} removed, fine-tuning")
                 prune_depth(current, **{kind: [block]}, identity=identity, output_gelu=output_gelu, merge=False)
                 removed[kind].append(block)

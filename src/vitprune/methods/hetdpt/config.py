@@ -42,6 +42,10 @@ class HetDPTConfig(JsonRecord):
                                                          "fine-tune runs on.")
     #: Training images the transfer entropy is estimated on.
     te_images: int = setting(2048, min=1, help="Calibration images transfer entropy is estimated on.")
+    #: Rank each type's layers by TE once, on the starting model, and remove them in that order in every sweep
+    #: (the paper's TE-Static ranking; a compare arm's quick effort), instead of measuring TE again each round.
+    te_once: bool = setting(False, flag="--te-once", help="Predictor data: rank the layers by transfer entropy "
+                                                          "once (TE-Static), not again after each removal.")
     #: Layers per type removed by the single-type sweeps (Algorithm 1); ``None``: the budget, at most L.
     sweep_layers: int | None = None
     #: Rounds of the interleaved sweep (Algorithm 2), one layer of each type per round; ``None``: budget // 2,

@@ -67,10 +67,12 @@ class HetDPT(Method, CommandLine, ChainStep, TargetSearch):
         recovered = {"top1": report.top1} if config.config.finetune is not None else {}
         return {**super().summarize(report, config), **recovered}
 
-    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
-        """Step 1 (unless a predictor or a split is given): a fast fine-tune and a transfer-entropy pass over the
-        layers of a type per point, the points of both single-type sweeps and the interleaved one; Step 2: its
-        search epochs and one transfer-entropy pass."""
+    def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
+                    ) -> tuple[float, float]:
+        """Step 1 (unless a predictor or a split is given): a fast fine-tune, a transfer-entropy pass over the
+        layers of a type (``te_once``: one pass per type in all) and an evaluation per point, the points of both
+        single-type sweeps and the interleaved one, and the dense model's evaluation; Step 2: its search epochs and one
+        transfer-entropy pass."""
         from vitprune.adapters import get_adapter
 
         config = self.configure({k: v for k, v in step.items() if k != "method"}, "digits").config
@@ -83,18 +85,32 @@ class HetDPT(Method, CommandLine, ChainStep, TargetSearch):
             rounds = config.interleaved_rounds if config.interleaved_rounds is not None else budget // 2
             points = 2 * sweep + 2 * rounds
             train += points * config.probe.epochs * min(config.probe_images or images, images)
-            forward += points * te
+            forward += (2 if config.te_once else points) * te + (points + 1) * val_images
         return train, forward
 
     def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
-        """Step 1 is the same for every budget up to the one it was run for (its points reach that far): a step
-        whose settings but a budget no larger are the earlier one's takes its fitted predictor."""
+        """Step 1 is the same for every budget up to the one its sweeps reach (``sweep_layers``, else the budget it
+        was run for): a step whose settings but a budget no larger are the earlier one's takes its fitted
+        predictor.json."""
         from vitprune.methods.hetdpt.pipeline import PREDICTOR_FILE
 
-        fitted = step_dir / PREDICTOR_FILE
         same = {k: v for k, v in step.items() if k != "budget"} == {k: v for k, v in earlier.items() if k != "budget"}
-        fits = same and step.get("split", "auto") == "auto" and step["budget"] <= earlier["budget"]
-        return {"predictor": str(fitted)} if fits and fitted.is_file() else {}
+        reach = earlier.get("sweep_layers") or earlier["budget"]
+        fits = (same and step.get("split", "auto") == "auto" and step.get("predictor") is None
+                and step["budget"] <= reach)
+        return {"predictor": str(step_dir / PREDICTOR_FILE)} if fits else {}
+
+    def shared_search(self, step: dict[str, Any], planned: list[dict[str, Any]]) -> dict[str, Any]:
+        """Step 1's sweeps reach the largest budget ``planned`` has (the interleaved one half of it, unless the
+        preset fixes its rounds), so one predictor serves every target's HetDPT steps; a step of a larger budget (a
+        speedup target's probe) keeps its own."""
+        auto = [s for s in planned if s.get("split", "auto") == "auto" and s.get("predictor") is None]
+        reach = max((s["budget"] for s in auto), default=0)
+        if step.get("split", "auto") != "auto" or step.get("predictor") is not None or step["budget"] > reach:
+            return {}
+        preset = self.configure({k: v for k, v in step.items() if k != "method"}, "digits").config
+        return {"sweep_layers": reach, **({"interleaved_rounds": reach // 2} if preset.interleaved_rounds is None
+                                          else {})}
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:
@@ -103,8 +119,10 @@ class HetDPT(Method, CommandLine, ChainStep, TargetSearch):
         from vitprune.methods.hetdpt.pipeline import budget_for_macs
 
         budget = budget_for_macs(model, target)
-        # quick: Step 1's fast fine-tunes and the transfer entropy on fewer images, and one search epoch
-        effort_settings = {"quick": {"preset": "digits", "probe_images": 128, "te_images": 64, "search_epochs": 1},
+        # quick: Step 1's fast fine-tunes and the transfer entropy on fewer images, its layers ranked once (TE-Static:
+        # on a small model TE every round costs three times the fine-tunes), and one search epoch
+        effort_settings = {"quick": {"preset": "digits", "probe_images": 128, "te_images": 64, "te_once": True,
+                                     "search_epochs": 1},
                            "standard": {"preset": "digits"}, "paper": {"preset": "imagenet-hetdpt"}}[effort]
         steps = [{"method": self.name, "budget": budget, "split": "auto", **effort_settings}]
         return [*steps, *get_method("vbp").target_steps(model, target, effort)] if exact else steps

@@ -248,6 +248,7 @@ def _step1(model: nn.Module, train_set: Dataset, val_set: Dataset, te_set: Datas
         points = collect_predictor_data(
             model, probe_set, val_set, max_attention=sweep, max_activation=sweep,
             interleaved_rounds=rounds, finetune=config.probe, te_set=te_set, te_images=config.te_images,
+            te_once=config.te_once,
             order=config.interleaved_order, identity=config.identity, output_gelu=config.output_gelu,
             device=device, progress=progress,
             on_point=lambda pts: on_main(lambda: write_json(points_path, pts)), resume_points=saved, dist=dist)

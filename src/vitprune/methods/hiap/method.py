@@ -46,7 +46,8 @@ class HiAP(Method, CommandLine, ChainStep, TargetSearch):
         run.validate()
         return run
 
-    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+    def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
+                    ) -> tuple[float, float]:
         # its gate training, each image also through the teacher
         seen = float(step["epochs"] * images)
         return seen, seen

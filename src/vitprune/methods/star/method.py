@@ -30,7 +30,8 @@ class STAR(Method, CommandLine, ChainStep, TargetSearch):
         # rho's default (0.7) gives way to a MAC target or hand-set rates.
         return {"rho": None} if {"target_macs", "rates"} & set(settings) else {}
 
-    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+    def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
+                    ) -> tuple[float, float]:
         # The ACS pass and the a-STAR MAC average are forward passes; LRP propagates relevance back from each of the
         # top classes of each image, about a training step each.
         config = STARConfig(**{k: v for k, v in step.items() if k in ("acs_images", "lrp_images", "classes",

@@ -29,7 +29,8 @@ class VBP(Method, CommandLine, ChainStep, TargetSearch):
         # ratio's default (0.5) gives way to a MAC target.
         return {"ratio": None} if "target_macs" in settings else {}
 
-    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+    def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
+                    ) -> tuple[float, float]:
         # one pass for the statistics
         return 0.0, float(min(step.get("calibration_images") or images, images))
 

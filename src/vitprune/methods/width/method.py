@@ -31,7 +31,8 @@ class Width(Method, CommandLine, ChainStep, TargetSearch):
                 f"{'isomorphic' if options['isomorphic'] else 'global'}, heads {options['heads']:g}, head dims "
                 f"{options['head_dims']:g}{', stream channels' if options['embed'] else ''})")
 
-    def search_cost(self, model: Model, step: dict[str, Any], images: int) -> tuple[float, float]:
+    def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
+                    ) -> tuple[float, float]:
         # Taylor importance: one gradient pass over its batches (torch-pruning's planning costs no images)
         if step.get("importance", "magnitude") != "taylor":
             return 0.0, 0.0
