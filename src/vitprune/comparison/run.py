@@ -155,21 +155,17 @@ def _estimate(model: nn.Module, images: int, val_images: int, budget: CompareBud
     batch = min(budget.recovery.batch_size, images)
     recoveries = 1 + sum(arm.status == PLANNED for arm in planned)
     train = forward = recoveries * budget.recovery.epochs * images
-    by_method: dict[str, list[dict[str, Any]]] = _planned_steps(planned)
-    finished: dict[str, list[tuple[dict[str, Any], Path]]] = {}
+    by_method = _planned_steps(planned)
     chains: list[tuple[list[dict[str, Any]], Path]] = []
     for number, arm in enumerate(a for a in planned if a.status == PLANNED):
-        run_dir = Path(f"run-{number}")  # where the run would be: reuse names files there
-        steps = _settled(arm.steps, by_method, lambda method: finished.get(method, []))
+        steps = _settled(arm.steps, by_method, chains)
         shared = _shared_start(steps, chains)
         for index, step in enumerate(steps):
             method = get_method(step["method"])
             if isinstance(method, TargetSearch) and (shared is None or index >= shared[1]):
                 searched, passed = method.search_cost(model, step, images, val_images)
                 train, forward = train + searched, forward + passed
-        for index, step in enumerate(steps):
-            finished.setdefault(step["method"], []).append((step, step_path(run_dir, index + 1, step["method"])))
-        chains.append((steps, run_dir))
+        chains.append((steps, Path(f"run-{number}")))  # where the run would be: reuse names files there
     total = train * seconds(batch, True) + forward * seconds(batch, False)
     steps = max((len(arm.steps) for arm in planned if arm.steps), default=1)
     per_run = (_evaluation_images(steps, val_images) * seconds(min(64, val_images), False)
@@ -250,17 +246,20 @@ def _planned_steps(planned: list[Arm]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _settled(steps: list[dict[str, Any]], planned: dict[str, list[dict[str, Any]]],
-             finished: Any) -> list[dict[str, Any]]:
+             chains: list[tuple[list[dict[str, Any]], Path]]) -> list[dict[str, Any]]:
     """``steps`` with the settings that let one search serve their method's ``planned`` steps
-    (:meth:`~vitprune.runs.method.TargetSearch.shared_search`) and what the first fitting earlier step of the method
-    (``finished(method)``: its steps and their directories) leaves them
+    (:meth:`~vitprune.runs.method.TargetSearch.shared_search`) and what the first fitting step of the method in
+    ``chains`` (earlier runs' steps and directories, one seed) leaves them
     (:meth:`~vitprune.runs.method.TargetSearch.reuse`)."""
     settled = []
     for step in steps:
         method = get_method(step["method"])
         if isinstance(method, TargetSearch):
             step = {**step, **method.shared_search(step, planned.get(step["method"], []))}
-            found = next((given for earlier, step_dir in finished(step["method"])
+            earlier_steps = ((earlier, step_path(run_dir, number, earlier["method"]))
+                             for ran, run_dir in chains for number, earlier in enumerate(ran, 1)
+                             if earlier["method"] == step["method"])
+            found = next((given for earlier, step_dir in earlier_steps
                           if (given := method.reuse(step, earlier, step_dir))), {})
             step = {**found, **step}
         settled.append(step)
@@ -309,9 +308,8 @@ class _Runner:
         self.number = 0
         #: Seconds of each run this call ran (not those read back), for the time left.
         self.ran: list[float] = []
-        #: Every finished chain step and its directory, by seed and method: what later steps may reuse.
-        self.finished: dict[tuple[int, str], list[tuple[dict[str, Any], Path]]] = {}
-        #: Every finished chain run's steps and directory, by seed: the steps a later run begins with, where the same.
+        #: Every finished chain run's steps and directory, by seed: what later steps may reuse, and the steps a later
+        #: run begins with, where the same.
         self.chains: dict[int, list[tuple[list[dict[str, Any]], Path]]] = {}
 
     def control(self, control_dir: Path) -> ArmResult:
@@ -379,14 +377,11 @@ class _Runner:
     def _reuse(self, steps: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
         """``steps`` settled (:func:`_settled`) against the finished steps of the same seed: HetDPT's Step 1 once per
         seed, its sweeps reaching every planned budget; the chain file says so, so it reproduces the run."""
-        return _settled(steps, self.planned, lambda method: self.finished.get((seed, method), []))
+        return _settled(steps, self.planned, self.chains.get(seed, []))
 
     def _remember(self, steps: list[dict[str, Any]], run_dir: Path, seed: int) -> None:
         """The finished steps of the chain run in ``run_dir``, for later steps and runs to reuse."""
         self.chains.setdefault(seed, []).append((steps, run_dir))
-        for number, step in enumerate(steps, 1):
-            self.finished.setdefault((seed, step["method"]), []).append((step, step_path(run_dir, number,
-                                                                                         step["method"])))
 
     def _combine(self, runs: list[ArmResult], arm_dir: Path) -> ArmResult:
         """One arm's runs under the seeds as one row: top-1 the mean over seeds with its two-way interval, MACs and
@@ -460,17 +455,13 @@ class _Runner:
                              onnx=False)
         speed = replace(self.ctx.speed, enabled=False)
         resume = self.ctx.resume
-        shared = self._shared(steps, seed)
+        shared = _shared_start(steps, self.chains.get(seed, []))
         if shared is not None and not on_main(lambda: (run_dir / CHAIN_FILE).exists()):
             earlier, count = shared
             on_main(lambda: start_from(run_dir, earlier, count))
             resume = True
             self.log(f"  step{'s 1-' if count > 1 else ' '}{count} as run in {earlier} (the same settings and seed)")
         return run_chain(self.model, self.data, config, replace(self.ctx, run_dir=run_dir, speed=speed, resume=resume))
-
-    def _shared(self, steps: list[dict[str, Any]], seed: int) -> tuple[Path, int] | None:
-        """The finished run under ``seed`` that began with the most of ``steps`` (:func:`_shared_start`)."""
-        return _shared_start(steps, self.chains.get(seed, []))
 
     def _time(self, final: nn.Module, *, primary_only: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """``final`` timed as deployed against the dense model (rank 0 times, every rank gets it; nothing without
