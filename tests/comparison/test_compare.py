@@ -268,8 +268,13 @@ def test_a_speedup_target_probes_mac_shares_until_it_is_measured(tmp_path):
     assert report.targets == ["speedup-1.2"] and row.target == "speedup-1.2"
     probes = row.probes
     assert 1 <= len(probes) <= run_module.PROBES and probes[0]["share"] == pytest.approx(1 / 1.2)
+    probes_dir = tmp_path / "arms" / "speedup-1.2" / "probes" / "vbp"
+    statistics = str(probes_dir / "01" / "steps" / "01-vbp" / "statistics.safetensors")
     for number, probe in enumerate(probes):
-        assert (tmp_path / "arms" / "speedup-1.2" / "probes" / "vbp" / f"{number + 1:02d}" / "report.json").is_file()
+        assert (probes_dir / f"{number + 1:02d}" / "report.json").is_file()
+        # The first probe computes the dense model's statistics; the later ones take them.
+        step, = json.loads((probes_dir / f"{number + 1:02d}" / "chain.json").read_text())["steps"]
+        assert step.get("statistics") == (statistics if number else None)
         if number + 1 < len(probes):  # a probe that missed: the next share follows from those so far
             assert not probe["speedup_q1"] <= 1.2 <= probe["speedup_q3"]
             assert probes[number + 1]["share"] == pytest.approx(run_module._next_share(probes[:number + 1], 1.2))
@@ -393,3 +398,37 @@ def test_one_hetdpt_step_1_serves_every_target_and_the_estimate_counts_it_once(m
     assert "predictor" not in searched[0] and all(step["predictor"] == str(Path("run-0", "steps", "01-hetdpt",
                                                                                  "predictor.json"))
                                                   for step in searched[1:])
+
+
+def test_the_lrp_prior_and_the_statistics_of_the_dense_model_are_computed_once_per_seed(monkeypatch):
+    """Every target's STAR and VBP arms begin on the dense model: the first of each computes its LRP prior or its
+    statistics and the later ones take them; a step after other steps (HetDPT then STAR's STAR, the VBP trims) is on
+    another model and computes its own. The estimate counts what is taken as nothing."""
+    from vitprune.runs.method import get_method
+
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=6, patch_size=8)
+    budget = get_budget("quick")
+    arms = [arms_module.plan_arm(model, name, MacTarget.relative(share), budget, 0)
+            for share in (0.7, 0.5) for name in ("star", "vbp", "hetdpt+star")]
+    assert [arm.status for arm in arms] == [PLANNED] * 6
+    searched: dict[str, list[tuple[dict, tuple[float, float]]]] = {"star": [], "vbp": []}
+    monkeypatch.setattr(run_module, "_image_seconds", lambda *a, **k: 1.0)
+    monkeypatch.setattr(run_module, "_chain_seconds", lambda model: 0.0)
+    for name, found in searched.items():
+        cost = type(get_method(name)).search_cost
+
+        def record(self, model, step, images, val, cost=cost, found=found):
+            found.append((step, cost(self, model, step, images, val)))
+            return found[-1][1]
+
+        monkeypatch.setattr(type(get_method(name)), "search_cost", record)
+    run_module._estimate(model, 100, 10, budget, 1, arms, torch.device("cpu"), None, SPEED)
+    prior = str(Path("run-0", "steps", "01-star", "inter.safetensors"))  # the 70% STAR arm's
+    statistics = str(Path("run-1", "steps", "01-vbp", "statistics.safetensors"))  # the 70% VBP arm's
+    # STAR at 70%, HetDPT then STAR at 70%, STAR at 50% (takes the prior), HetDPT then STAR at 50%.
+    assert [step.get("prior") for step, _ in searched["star"]] == [None, None, prior, None]
+    assert [lrp == 0 for step, (lrp, _) in searched["star"]] == [False, False, True, False]
+    given = [step.get("statistics") for step, _ in searched["vbp"]]
+    assert given.count(statistics) == 1 and set(given) == {None, statistics}  # the 50% VBP arm alone takes them
+    assert all((passed == 0) == (step.get("statistics") is not None) for step, (_, passed) in searched["vbp"])

@@ -48,11 +48,11 @@ def test_speed_picks_the_faster_arm_within_the_tolerance_and_accuracy_the_more_a
     # a candidate however fast.
     assert fast["arm"] == "fast" and fast["most_accurate"] == "accurate"
     assert fast["within_tolerance"] == ["accurate", "fast"]
-    assert fast["why"] == ("fast is the fastest arm on target (1.40×) shown within 1 points of the most accurate, "
+    assert fast["why"] == ("fast is the fastest arm on target (1.40×) shown within 1 point of the most accurate, "
                            "accurate (90.50%, 1.10×)")
     slow = choose(results, control, scores, objective="accuracy", tolerance=1.0)
     assert slow["arm"] == "accurate" and slow["rule"].startswith("the most accurate arm on target")
-    assert "fast is shown within 1 points of it at 1.40×" in slow["why"]
+    assert "fast is shown within 1 point of it at 1.40×" in slow["why"]
     # Against the rest: the accurate arm's 0.3-point lead over fast is within ±1 (equivalent), its 1.5 over fastest
     # significant (better), the dense control's 0.5-point lead over it neither shown nor excluded (inconclusive).
     verdicts = {v["b"]: v["verdict"] for v in slow["verdicts"]}

@@ -6,11 +6,17 @@ import json
 
 import pytest
 import torch
+from conftest import quick_context
 from interrupts import Batches
 from torch.utils.data import Subset
 
 import vitprune
-from vitprune.data import DigitsDataset, build_loader
+from vitprune.data import DigitsDataset, build_dataset, build_loader
+from vitprune.errors import VitpruneError
+from vitprune.measure import SpeedConfig
+from vitprune.measure.target import MacTarget
+from vitprune.runs import MethodData
+from vitprune.runs.method import get_method
 from vitprune.runs.stages import Stages, cached, recover
 from vitprune.training import TrainConfig
 from vitprune.training.engine import METRICS_FILE
@@ -86,3 +92,49 @@ def test_the_fingerprint_takes_scalar_buffers_and_tells_weights_apart():
     with torch.no_grad():
         model.weight[0] = 2.0
     assert weights_fingerprint(model) != before
+
+
+#: Per method that keeps a stage's tensors for later runs: its settings on a tiny model, the setting that gives an
+#: earlier run's file, the file, where its computation lives and one of the settings that decide it (with another
+#: value).
+_TAKEN = {
+    "star": ({"alpha": 0.3, "acs_images": 16, "lrp_images": 8, "classes": 2, "finetune": None}, "prior",
+             "inter.safetensors", "vitprune.methods.star.pipeline.inter_layer_scores", ("lrp_images", 4)),
+    "vbp": ({"calibration_images": 32, "finetune": None}, "statistics", "statistics.safetensors",
+            "vitprune.methods.vbp.pipeline.mlp_statistics", ("calibration_images", 16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TAKEN))
+def test_a_run_takes_what_an_earlier_run_computed_on_the_same_model_and_refuses_another(name, tmp_path, monkeypatch):
+    """An earlier run's stage tensors (STAR's LRP prior, VBP's statistics) give the model a run computing them gives,
+    and are not computed again; from other weights or other settings they are refused in one line."""
+    method = get_method(name)
+    settings, option, file, computation, (setting, other) = _TAKEN[name]
+    torch.manual_seed(0)
+    model = vitprune.create_model("digits-vit", depth=3)
+    size = vitprune.get_adapter(model).input_size
+    # Calibration without augmentation, as the command line passes it: the earlier run's images are these.
+    data = MethodData(*(build_dataset("digits", split, input_size=size) for split in ("train", "val")),
+                      build_dataset("digits", "train", input_size=size, is_training=False))
+
+    def run(out: str, share: float, **more):
+        target = {"target_macs": MacTarget.relative(share)}
+        config = method.config(**{**settings, **method.defaults(target), **target, **more})
+        method.run(model, data, config, quick_context(tmp_path / out, speed=SpeedConfig(enabled=False)))
+        return vitprune.load(tmp_path / out / "model").state_dict()
+
+    run("first", 0.95)
+    fresh = run("fresh", 0.9)
+    earlier = str(tmp_path / "first" / file)
+    with monkeypatch.context() as patch:
+        patch.setattr(computation, lambda *a, **k: pytest.fail("computed again"))
+        taken = run("taken", 0.9, **{option: earlier})
+    assert taken.keys() == fresh.keys() and all(torch.equal(taken[k], fresh[k]) for k in fresh)
+    assert (tmp_path / "taken" / file).read_bytes() == (tmp_path / "first" / file).read_bytes()
+    with pytest.raises(VitpruneError, match=rf"other settings \({setting} "):
+        run("other-settings", 0.9, **{option: earlier, setting: other})
+    with torch.no_grad():
+        next(model.parameters()).add_(1e-3)
+    with pytest.raises(VitpruneError, match=f"computed on other weights; leave {option} out"):
+        run("other-weights", 0.9, **{option: earlier})

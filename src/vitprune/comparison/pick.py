@@ -77,18 +77,19 @@ def _verdicts(chosen: ArmResult, others: list[ArmResult], control: ArmResult | N
 def _why(chosen: ArmResult, best: ArmResult, fastest: ArmResult, objective: str, tolerance: float,
          measured: bool) -> str:
     """One line: why ``chosen`` won."""
+    margin = f"{tolerance:g} point{'' if tolerance == 1 else 's'}"
     if not measured:
         return f"{best.arm} is the most accurate arm on target ({best.top1:.2f}%); speed was not measured"
     if objective == "accuracy":
         if fastest is best:
             return (f"{best.arm} is the most accurate arm on target ({best.top1:.2f}%) and no faster arm is shown "
-                    f"within {tolerance:g} points of it")
+                    f"within {margin} of it")
         return (f"{best.arm} is the most accurate arm on target ({best.top1:.2f}%, {_speed(best):.2f}×); "
-                f"{fastest.arm} is shown within {tolerance:g} points of it at {_speed(fastest):.2f}×")
+                f"{fastest.arm} is shown within {margin} of it at {_speed(fastest):.2f}×")
     if chosen is best:
         return (f"{best.arm} is the most accurate arm on target ({best.top1:.2f}%, {_speed(best):.2f}×) and no faster "
-                f"arm is shown within {tolerance:g} points of it")
-    return (f"{chosen.arm} is the fastest arm on target ({_speed(chosen):.2f}×) shown within {tolerance:g} points of "
+                f"arm is shown within {margin} of it")
+    return (f"{chosen.arm} is the fastest arm on target ({_speed(chosen):.2f}×) shown within {margin} of "
             f"the most accurate, {best.arm} ({best.top1:.2f}%, {_speed(best):.2f}×)")
 
 

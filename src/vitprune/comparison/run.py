@@ -250,15 +250,16 @@ def _settled(steps: list[dict[str, Any]], planned: dict[str, list[dict[str, Any]
     """``steps`` with the settings that let one search serve their method's ``planned`` steps
     (:meth:`~vitprune.runs.method.TargetSearch.shared_search`) and what the first fitting step of the method in
     ``chains`` (earlier runs' steps and directories, one seed) leaves them
-    (:meth:`~vitprune.runs.method.TargetSearch.reuse`)."""
-    settled = []
+    (:meth:`~vitprune.runs.method.TargetSearch.reuse`): a step after the same steps, so on the same model (HetDPT's
+    Step 1, STAR's LRP prior and VBP's statistics of the dense model, once per seed)."""
+    settled: list[dict[str, Any]] = []
     for step in steps:
         method = get_method(step["method"])
         if isinstance(method, TargetSearch):
             step = {**step, **method.shared_search(step, planned.get(step["method"], []))}
             earlier_steps = ((earlier, step_path(run_dir, number, earlier["method"]))
                              for ran, run_dir in chains for number, earlier in enumerate(ran, 1)
-                             if earlier["method"] == step["method"])
+                             if earlier["method"] == step["method"] and ran[:number - 1] == settled)
             found = next((given for earlier, step_dir in earlier_steps
                           if (given := method.reuse(step, earlier, step_dir))), {})
             step = {**found, **step}

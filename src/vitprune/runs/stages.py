@@ -4,6 +4,8 @@ calibration loaders, and recovery (evaluate right after pruning, fine-tune, eval
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -11,10 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from vitprune.atomic import check_writable, read_json, write_json
+from vitprune.atomic import atomic_file, check_writable, read_json, write_json
 from vitprune.data import balanced_subset, build_loader
 from vitprune.errors import VitpruneError
 from vitprune.measure import CONVENTIONS, SpeedConfig, compare_speed, count_macs
@@ -154,6 +158,56 @@ def weights_fingerprint(model: nn.Module) -> str:
         flat = tensor.detach().cpu().contiguous().reshape(-1)
         digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return digest.hexdigest()
+
+
+def tensor_origin(model: nn.Module, **settings: Any) -> dict[str, str]:
+    """What a stage's tensors were computed from, as their safetensors file's metadata: ``model``'s weights
+    (:func:`weights_fingerprint`) and the ``settings`` that decide them (images, batch, seed)."""
+    return {"weights": weights_fingerprint(model), **{name: json.dumps(value) for name, value in settings.items()}}
+
+
+def stage_tensors(path: Path, resume: bool, given: str | None, origin: Callable[[], dict[str, str]],
+                  compute: Callable[[], dict[str, torch.Tensor]], what: str, option: str) -> dict[str, torch.Tensor]:
+    """A stage's tensors, kept in the safetensors file ``path`` with ``origin()`` (:func:`tensor_origin`) as its
+    metadata: taken from ``given``, an earlier run's file of them (copied to ``path``; one computed on other weights or
+    settings is refused in one line that names ``option``, the setting that gave it), else kept as :func:`cached`
+    keeps a value. A run that takes them computes nothing else differently: they are the same tensors."""
+    if given is not None:
+        on_main(lambda: _take_earlier(Path(given), path, origin(), what, option))
+
+    def read() -> dict[str, torch.Tensor]:
+        try:
+            return load_file(str(path))
+        except (OSError, SafetensorError) as exc:
+            raise VitpruneError(f"cannot read {what} from {path}: {exc}; delete it to recompute them") from None
+
+    def write(tensors: dict[str, torch.Tensor]) -> None:
+        with atomic_file(path) as tmp:
+            save_file({name: t.detach().cpu().contiguous() for name, t in tensors.items()}, str(tmp),
+                      metadata=origin())
+
+    return cached(path, resume or given is not None, read, compute, write)
+
+
+def _take_earlier(given: Path, path: Path, origin: dict[str, str], what: str, option: str) -> None:
+    try:
+        with safe_open(str(given), "pt") as file:
+            found = file.metadata() or {}
+    except (OSError, SafetensorError) as exc:
+        raise VitpruneError(f"cannot read {what} from {given} ({option}): {exc}") from None
+    differ = [name for name in origin if found.get(name) != origin[name]]
+    if "weights" not in found:
+        raise VitpruneError(f"{given} does not record what its {what} were computed on; leave {option} out to compute "
+                            "them for this model")
+    if differ:
+        settings = ", ".join(f"{name} {found.get(name, '(none)')}, here {origin[name]}" for name in differ
+                             if name != "weights")
+        on = "other weights" if "weights" in differ else f"other settings ({settings})"
+        raise VitpruneError(f"{given} holds {what} computed on {on}; leave {option} out to compute them for this "
+                            "model")
+    if given.resolve() != path.resolve():
+        with atomic_file(path) as tmp:
+            shutil.copyfile(given, tmp)
 
 
 def cached(path: Path, resume: bool, read: Callable[[], T | None], compute: Callable[[], T],

@@ -16,6 +16,9 @@ ANCHORS = ("paper", "minmax")
 #: refusal ends.
 WITHOUT_LRP = ("--attention-weight 1 (alpha 1 in a chain file) ranks tokens by the online [CLS] attention alone, "
                "without the LRP prior")
+#: What decides the LRP prior besides the model and the data: an earlier run's prior is taken only where they are the
+#: same.
+LRP_SETTINGS = ("lrp_images", "classes", "calibration_batch", "seed")
 #: The paper's fine-tuning recipe, the source of :class:`STARConfig`'s fine-tuning defaults.
 PRESET = "imagenet-star"
 _RECIPE = get_preset(PRESET)
@@ -49,6 +52,10 @@ class STARConfig(JsonRecord):
     #: Paper: T=10 rounds of 128-512.
     lrp_images: int = setting(1280, min=1, help="Training images for the LRP prior.")
     classes: int = setting(6, min=1, help="Top predicted classes per image in the LRP prior (paper: 6).")
+    #: An earlier run's ``inter.safetensors``: the prior it computed, taken where this run's model, data and LRP
+    #: settings are the same (``vitprune compare``'s STAR arms at each target).
+    prior: str | None = setting(None, help="inter.safetensors of an earlier STAR run on the same model, data and LRP "
+                                           "settings: its LRP prior, not computed again.")
     calibration_batch: int = 32
     #: Of the calibration subsets and fine-tuning.
     seed: int = setting(0, help=SEED_HELP)
@@ -83,6 +90,8 @@ class STARConfig(JsonRecord):
             raise VitpruneError(f"rho must be in (0, 1], got {self.rho}")
         if not 0 <= self.alpha <= 1:
             raise VitpruneError(f"alpha must be in [0, 1], got {self.alpha}")
+        if self.prior is not None and self.alpha == 1:
+            raise VitpruneError("an LRP prior (prior) has no weight at alpha 1 (--attention-weight 1); leave one out")
         for name, allowed in (("anchor", ANCHORS), ("distill", KINDS)):
             if getattr(self, name) not in allowed:
                 raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
@@ -93,4 +102,4 @@ class STARConfig(JsonRecord):
             self.finetune.validate()
 
 
-__all__ = ["ANCHORS", "PRESET", "WITHOUT_LRP", "STARConfig"]
+__all__ = ["ANCHORS", "LRP_SETTINGS", "PRESET", "WITHOUT_LRP", "STARConfig"]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from vitprune.measure.target import MacTarget
-from vitprune.methods.star.config import WITHOUT_LRP, STARConfig
+from vitprune.methods.star.config import LRP_SETTINGS, WITHOUT_LRP, STARConfig
 from vitprune.runs.method import ChainStep, CommandLine, Method, Model, TargetSearch, get_method
 from vitprune.training.config import TrainConfig
 
@@ -37,8 +38,20 @@ class STAR(Method, CommandLine, ChainStep, TargetSearch):
         config = STARConfig(**{k: v for k, v in step.items() if k in ("acs_images", "lrp_images", "classes",
                                                                       "mac_images")})
         alpha = step.get("alpha", STARConfig.alpha)
-        lrp = min(config.lrp_images, images) * config.classes if alpha < 1 else 0
+        lrp = min(config.lrp_images, images) * config.classes if alpha < 1 and step.get("prior") is None else 0
         return float(lrp), float(min(config.acs_images, images) + config.mac_images)
+
+    def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+        """The LRP prior an earlier step computed with the same LRP settings (the runner offers only a step on the
+        same model): every target's STAR arm and every speedup probe on the dense model share one."""
+        from vitprune.methods.star.pipeline import INTER_FILE
+
+        def weighted(settings: dict[str, Any]) -> bool:
+            return settings.get("alpha", STARConfig.alpha) < 1
+
+        same = all(step.get(name) == earlier.get(name) for name in LRP_SETTINGS)
+        fits = same and weighted(step) and weighted(earlier) and step.get("prior") is None
+        return {"prior": str(step_dir / INTER_FILE)} if fits else {}
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:

@@ -21,18 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.utils.data import Dataset
 
 from vitprune.adapters import get_adapter
-from vitprune.atomic import atomic_file, read_json, write_json
+from vitprune.atomic import read_json, write_json
 from vitprune.config import json_ready
 from vitprune.data import build_loader
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 from vitprune.measure import count_macs
-from vitprune.methods.star.config import WITHOUT_LRP, STARConfig
+from vitprune.methods.star.config import LRP_SETTINGS, WITHOUT_LRP, STARConfig
 from vitprune.methods.star.lrp import check_lrp, inter_layer_scores
 from vitprune.methods.star.schedule import (
     apply_keep_rates,
@@ -45,7 +43,8 @@ from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.runs.context import MethodData, RunContext, method_run
 from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.runs.stages import (
-    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
+    available_images, cached, calibration_loader, finish_run, open_run, recover, retention, stage_tensors,
+    tensor_origin,
 )
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, on_main
@@ -155,18 +154,14 @@ def _cached_json(path: Path, resume: bool, compute: Callable[[], Any]) -> Any:
 
 def _inter(model: nn.Module, loader, config: STARConfig, path: Path, progress: bool, resume: bool,
            dist: DistContext | None) -> torch.Tensor:
-    def read() -> torch.Tensor:
-        try:
-            return load_file(str(path))["inter"]
-        except (OSError, SafetensorError, KeyError) as exc:
-            raise VitpruneError(f"cannot read {path}: {exc}; delete it to recompute the prior") from None
+    def compute() -> dict[str, torch.Tensor]:
+        return {"inter": inter_layer_scores(model, loader, classes=config.classes, max_images=config.lrp_images,
+                                            progress=progress, dist=dist).float()}
 
-    def write(prior: torch.Tensor) -> None:
-        with atomic_file(path) as tmp:
-            save_file({"inter": prior.contiguous()}, str(tmp))
+    def origin() -> dict[str, str]:
+        return tensor_origin(model, **{name: getattr(config, name) for name in LRP_SETTINGS})
 
-    def compute() -> torch.Tensor:
-        return inter_layer_scores(model, loader, classes=config.classes, max_images=config.lrp_images,
-                                  progress=progress, dist=dist).float()
-
-    return cached(path, resume, read, compute, write)
+    tensors = stage_tensors(path, resume, config.prior, origin, compute, "an LRP prior", "prior")
+    if "inter" not in tensors:
+        raise VitpruneError(f"{path} holds no LRP prior; delete it to recompute the prior")
+    return tensors["inter"]

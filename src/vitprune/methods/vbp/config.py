@@ -26,6 +26,9 @@ CRITERIA = {
 #: parameter count the paper prints (implementation note, section 1.4).
 ROUNDINGS = {"ceil": math.ceil, "floor": math.floor, "round": round}
 
+#: What decides the activation statistics besides the model and the data: an earlier run's are taken only where they
+#: are the same.
+STATISTICS_SETTINGS = ("calibration_images", "calibration_batch", "seed")
 #: The paper's fine-tuning recipe, the source of :class:`VBPConfig`'s fine-tuning defaults.
 PRESET = "imagenet-vbp"
 _RECIPE = get_preset(PRESET)
@@ -57,6 +60,10 @@ class VBPConfig(JsonRecord):
     calibration_images: int | None = setting(None, min=2, help="Training images for the statistics (default: all, "
                                                                "as the paper).")
     calibration_batch: int = 64
+    #: An earlier run's ``statistics.safetensors``: the statistics it computed, taken where this run's model, data and
+    #: calibration settings are the same (``vitprune compare``'s VBP arms at each target).
+    statistics: str | None = setting(None, help="statistics.safetensors of an earlier VBP run on the same model, "
+                                                "data and calibration images: its statistics, not computed again.")
     #: Of the calibration subset, the random criterion and fine-tuning.
     seed: int = setting(0, help=SEED_HELP)
     #: Fine-tuning after pruning (``None``: none): the ``imagenet-vbp`` preset (:mod:`vitprune.training.presets`),
@@ -82,6 +89,9 @@ class VBPConfig(JsonRecord):
         for name, allowed in (("criterion", CRITERIA), ("rounding", ROUNDINGS), ("distill", KINDS)):
             if getattr(self, name) not in allowed:
                 raise VitpruneError(f"unknown {name} {getattr(self, name)!r} (choose from: {', '.join(allowed)})")
+        if self.statistics is not None and not self.needs_statistics:
+            raise VitpruneError(f"the {self.criterion} criterion without compensation uses no activation statistics; "
+                                "leave statistics out")
         if self.calibration_images is not None and self.calibration_images < 2:
             raise VitpruneError(f"calibration needs at least 2 images, got {self.calibration_images}")
         if self.finetune is not None:
@@ -93,4 +103,4 @@ class VBPConfig(JsonRecord):
         return self.compensate or self.criterion in ("variance", "mean")
 
 
-__all__ = ["REQUIRES", "CRITERIA", "PRESET", "ROUNDINGS", "VBPConfig"]
+__all__ = ["REQUIRES", "CRITERIA", "PRESET", "ROUNDINGS", "STATISTICS_SETTINGS", "VBPConfig"]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from vitprune.measure.target import MacTarget
-from vitprune.methods.vbp.config import REQUIRES, VBPConfig
+from vitprune.methods.vbp.config import REQUIRES, STATISTICS_SETTINGS, VBPConfig
 from vitprune.runs.method import ChainStep, CommandLine, Method, Model, TargetSearch
 
 
@@ -31,8 +32,22 @@ class VBP(Method, CommandLine, ChainStep, TargetSearch):
 
     def search_cost(self, model: Model, step: dict[str, Any], images: int, val_images: int
                     ) -> tuple[float, float]:
-        # one pass for the statistics
-        return 0.0, float(min(step.get("calibration_images") or images, images))
+        # one pass for the statistics, unless an earlier step's are taken
+        given = step.get("statistics") is not None
+        return 0.0, 0.0 if given else float(min(step.get("calibration_images") or images, images))
+
+    def reuse(self, step: dict[str, Any], earlier: dict[str, Any], step_dir: Path) -> dict[str, Any]:
+        """The activation statistics an earlier step computed on the same calibration images (the runner offers only
+        a step on the same model): every target's VBP arm and every speedup probe on the dense model share them."""
+        from vitprune.methods.vbp.pipeline import STATISTICS_FILE
+
+        def computed(settings: dict[str, Any]) -> bool:
+            return VBPConfig(**{k: v for k, v in settings.items() if k in ("criterion", "compensate")}
+                             ).needs_statistics
+
+        same = all(step.get(name) == earlier.get(name) for name in STATISTICS_SETTINGS)
+        fits = same and computed(step) and computed(earlier) and step.get("statistics") is None
+        return {"statistics": str(step_dir / STATISTICS_FILE)} if fits else {}
 
     def target_steps(self, model: Model, target: MacTarget, effort: str, *, exact: bool = True
                      ) -> list[dict[str, Any]]:

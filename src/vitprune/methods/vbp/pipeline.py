@@ -29,7 +29,7 @@ from vitprune.config import json_ready
 from vitprune.data import build_loader
 from vitprune.errors import UnreachableTargetError, VitpruneError
 from vitprune.measure.target import goal
-from vitprune.methods.vbp.config import REQUIRES, VBPConfig
+from vitprune.methods.vbp.config import REQUIRES, STATISTICS_SETTINGS, VBPConfig
 from vitprune.methods.vbp.criteria import neuron_scores
 from vitprune.methods.vbp.selection import prune_by_selection, removal_count, select_for_macs, select_neurons
 from vitprune.methods.vbp.statistics import NeuronStats, hidden_mlps, mlp_statistics
@@ -37,7 +37,8 @@ from vitprune.recipe import RUN_MODEL_DIR
 from vitprune.runs.context import MethodData, RunContext, method_run
 from vitprune.runs.report import REPORT_FILE, RunReport  # noqa: F401  (REPORT_FILE: the run directory's layout)
 from vitprune.runs.stages import (
-    available_images, cached, calibration_loader, finish_run, open_run, recover, retention,
+    available_images, cached, calibration_loader, finish_run, open_run, recover, retention, stage_tensors,
+    tensor_origin,
 )
 from vitprune.training import evaluate
 from vitprune.training.distributed import DistContext, broadcast_object
@@ -105,7 +106,7 @@ def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig, ctx: RunConte
     stats = None
     if config.needs_statistics:
         stats = stage("activation statistics", lambda: _statistics(
-            model, loader, run_dir / STATISTICS_FILE, progress, resume, dist))
+            model, loader, config, run_dir / STATISTICS_FILE, progress, resume, dist))
     removed = stage(f"select neurons ({config.criterion})", lambda: _select(
         model, loader, stats, config, run_dir, progress, resume, dist))
 
@@ -126,11 +127,16 @@ def run_vbp(model: nn.Module, data: MethodData, config: VBPConfig, ctx: RunConte
                       widths_dense=widths["dense"], retention=retention(top1), config=config.to_dict())
 
 
-def _statistics(model: nn.Module, loader, path: Path, progress: bool, resume: bool,
+def _statistics(model: nn.Module, loader, config: VBPConfig, path: Path, progress: bool, resume: bool,
                 dist: DistContext | None) -> dict[int, NeuronStats]:
-    return cached(path, resume, lambda: load_statistics(path),
-                  lambda: mlp_statistics(model, loader, progress=progress, dist=dist),
-                  lambda stats: save_statistics(stats, path))
+    def compute() -> dict[str, torch.Tensor]:
+        return _as_tensors(mlp_statistics(model, loader, progress=progress, dist=dist))
+
+    def origin() -> dict[str, str]:
+        return tensor_origin(model, **{name: getattr(config, name) for name in STATISTICS_SETTINGS})
+
+    tensors = stage_tensors(path, resume, config.statistics, origin, compute, "activation statistics", "statistics")
+    return _as_statistics(tensors, path)
 
 
 def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, config: VBPConfig, run_dir: Path,
@@ -162,20 +168,31 @@ def _select(model: nn.Module, loader, stats: dict[int, NeuronStats] | None, conf
 
 def save_statistics(stats: dict[int, NeuronStats], path: str | Path) -> None:
     """Write neuron statistics to a safetensors file (atomically)."""
+    with atomic_file(Path(path)) as tmp:
+        save_file(_as_tensors(stats), str(tmp))
+
+
+def load_statistics(path: str | Path) -> dict[int, NeuronStats]:
+    """Read statistics written by :func:`save_statistics` (or by a run)."""
+    try:
+        tensors = load_file(str(path))
+    except (OSError, SafetensorError) as exc:
+        raise VitpruneError(f"cannot read statistics from {path}: {exc}; delete it to recompute them") from None
+    return _as_statistics(tensors, path)
+
+
+def _as_tensors(stats: dict[int, NeuronStats]) -> dict[str, torch.Tensor]:
     tensors = {}
     for block, s in stats.items():
         tensors |= {f"{block}.count": torch.tensor(s.count, dtype=torch.int64), f"{block}.mean": s.mean.cpu(),
                     f"{block}.var": s.var.cpu()}
-    with atomic_file(Path(path)) as tmp:
-        save_file(tensors, str(tmp))
+    return tensors
 
 
-def load_statistics(path: str | Path) -> dict[int, NeuronStats]:
-    """Read statistics written by :func:`save_statistics`."""
+def _as_statistics(tensors: dict[str, torch.Tensor], path: str | Path) -> dict[int, NeuronStats]:
     try:
-        tensors = load_file(str(path))
         blocks = sorted({int(key.split(".")[0]) for key in tensors})
         return {b: NeuronStats(int(tensors[f"{b}.count"]), tensors[f"{b}.mean"], tensors[f"{b}.var"])
                 for b in blocks}
-    except (OSError, SafetensorError, KeyError, ValueError) as exc:
+    except (KeyError, ValueError) as exc:
         raise VitpruneError(f"cannot read statistics from {path}: {exc}; delete it to recompute them") from None
