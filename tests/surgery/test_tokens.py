@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import tracked
+from conftest import SMALL_MODELS, tracked
 from hypothesis import note
 from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, headed_blocks, images, property_test, small_vits
@@ -310,3 +310,21 @@ def test_keeping_every_token_changes_nothing_after_any_edits(examples):
             torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-5)
 
     check()
+
+
+@pytest.mark.needs("token_pruning")
+def test_star_gives_the_outputs_and_macs_it_gave_before_token_reduction_became_one_capability(small_model_spec):
+    """tests/fixtures/star_outputs.safetensors holds the logits and MACs that STAR's edits gave on each family before
+    its blocks moved onto the token-reduction capability (tests/star_reference.py)."""
+    from safetensors.torch import load_file
+    from star_reference import FIXTURE, star_outputs
+
+    mid = next(m for m, name, kwargs, _ in SMALL_MODELS if (name, kwargs) == small_model_spec)
+    stored = load_file(str(FIXTURE))
+    for adaptive in (False, True):
+        model = _model(*small_model_spec)
+        mode = "adaptive" if adaptive else "static"
+        torch.testing.assert_close(star_outputs(model, adaptive), stored[f"{mid}.{mode}"], rtol=1e-6, atol=1e-6)
+        if not adaptive:
+            totals = count_macs(model).totals()
+            assert [totals["macs_full"], totals["macs_linear"]] == stored[f"{mid}.macs"].tolist()
