@@ -66,6 +66,7 @@ JOBS = [
     Job("vbp_deit", "vbp_deit.py", ["--pairs", "4", "--warmup", "1"], []),
     Job("star_deit", "star_deit.py", ["--pairs", "5", "--warmup", "1"], []),
     Job("star_overhead", "star_overhead.py", ["--pairs", "5", "--warmup", "1"], []),
+    Job("tome_deit", "tome_deit.py", ["--pairs", "4", "--warmup", "1"], []),
     Job("families_speed", "families_speed.py", ["--pairs", "5", "--warmup", "1"], []),
     Job("hiap_deit", "hiap_deit.py", ["--pairs", "6", "--warmup", "1"], []),
     Job("onnx_deit", "onnx_deit.py", ["--pairs", "4", "--warmup", "1"], []),

@@ -36,7 +36,7 @@ def main() -> None:
 
     outputs = {}
     for mid, name, kwargs, _ in SMALL_MODELS:
-        if "token_pruning" not in _family(name).capabilities:
+        if "token_reduction" not in _family(name).capabilities:
             continue
         for adaptive in (False, True):
             model = tracked(name, kwargs)

@@ -98,14 +98,14 @@ def test_orders_that_cannot_apply_say_why():
     with pytest.raises(ValueError, match="block 2 has no MLP hidden neurons to prune"):
         prune_mlp_neurons(model, 2, [0, 1])  # merged into one D×D Linear by depth surgery
     _star(model)
-    with pytest.raises(ValueError, match="blocks.3 prunes tokens; depth surgery on such a block is not supported"):
+    with pytest.raises(ValueError, match="blocks.3 reduces tokens; depth surgery on such a block is not supported"):
         prune_depth(model, attention=[3])
 
 
 #: What the second method says when it cannot follow the first (docs/composition.md's table); absent: it applies.
 _CANNOT = {
     ("depth", "hiap"): "HiAP gates blocks.1's heads and neurons",
-    ("star", "width"): "blocks.3 prunes tokens; prune width before tokens",
+    ("star", "width"): "blocks.3 reduces tokens; prune width before tokens",
     ("star", "hiap"): "HiAP gates blocks.3's heads and neurons",
     ("hiap", "width"): r"blocks.\d+.attn has uneven or gated heads; torch-pruning cannot trace it",
     ("hiap", "hiap"): r"HiAP gates blocks.\d+'s heads and neurons",

@@ -27,7 +27,7 @@ _INSTALL = "ONNX export needs the onnx extra: pip install 'vitprune[onnx]'"
 def dynamic_structure(model: nn.Module) -> str | None:
     """Why ``model``'s structure depends on the image (so it cannot be exported), or ``None``."""
     for view in get_adapter(model).blocks():
-        if getattr(view.module, "adaptive", False):
+        if getattr(view.token_op, "adaptive", False):
             return f"{view.name} keeps a per-image number of tokens (a-STAR)"
     return None
 

@@ -61,7 +61,7 @@ def test_a_method_refuses_what_the_family_lacks(limited, tmp_path, method, call,
 
 
 def test_what_the_family_has_is_not_refused(limited):
-    get_adapter(limited).require("activation_removal", "ffn_width", "token_pruning", by="VBP then STAR without LRP")
+    get_adapter(limited).require("activation_removal", "ffn_width", "token_reduction", by="VBP then STAR without LRP")
     with pytest.raises(ValueError, match="unknown capabilities"):
         get_adapter(limited).require("flying", by="a test")
 
@@ -87,8 +87,8 @@ def test_a_capability_is_what_the_adapter_implements(adapter):
 def test_a_capability_declared_without_its_mixin_is_refused():
     from vitprune.adapters import ConvNeXtAdapter
 
-    with pytest.raises(TypeError, match=r"declares capabilities \['token_pruning'\] without implementing"):
-        type("Bad", (ConvNeXtAdapter,), {"capabilities": frozenset({"ffn_width", "token_pruning"})})
+    with pytest.raises(TypeError, match=r"declares capabilities \['token_reduction'\] without implementing"):
+        type("Bad", (ConvNeXtAdapter,), {"capabilities": frozenset({"ffn_width", "token_reduction"})})
 
 
 def test_one_adapter_per_model_and_a_copy_gets_its_own():

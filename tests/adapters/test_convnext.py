@@ -37,8 +37,8 @@ def test_what_the_adapter_cannot_represent_is_one_line(kwargs, message):
     (lambda m: prune_depth(m, attention=[0]), "depth pruning needs to remove attention sublayers, which vitprune "
                                               "cannot do on timm-convnext models"),
     (lambda m: prune_heads(m, 0, [0]), "block 0 has no attention to prune"),
-    (lambda m: prune_tokens(m, 0, 0.5), "token pruning needs to prune tokens, which vitprune cannot do on "
-                                        "timm-convnext models"),
+    (lambda m: prune_tokens(m, 0, 0.5), "token reduction needs to prune or merge tokens, which vitprune cannot do "
+                                        "on timm-convnext models"),
     (lambda m: prune_embed_dims(m, [0]), "embedding pruning needs to prune embedding channels, which vitprune "
                                          "cannot do on timm-convnext models"),
 ], ids=["attention", "heads", "tokens", "embedding"])

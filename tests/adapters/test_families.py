@@ -183,7 +183,7 @@ def test_pre_logits_are_what_the_classifier_reads(model_spec):
             torch.testing.assert_close(features, (normed[:, 0] + normed[:, 1]) / 2)
 
 
-@pytest.mark.needs("token_pruning")
+@pytest.mark.needs("token_reduction")
 def test_embed_blocks_pool_is_pre_logits(model_spec):
     """The pieces a relevance pass runs one by one (tokens in, each block's module, final norm and pooling) are the
     model's own forward; a model whose classifier reads [CLS] alone says it pools the class token."""

@@ -139,7 +139,7 @@ def test_a_depth_pruned_block_still_counts_for_indices(small_model_spec, tmp_pat
     _close(_maps(reloaded, x, [1, 2], norm=True), _maps(masked, x, [1, 2], norm=True))
 
 
-@pytest.mark.needs("dense_features", "token_pruning")
+@pytest.mark.needs("dense_features", "token_reduction")
 def test_keeping_every_token_gives_the_dense_maps(small_model_spec, tmp_path):
     name, kwargs = small_model_spec
     model = tracked(name, shallow(name, kwargs, 3))
@@ -149,7 +149,7 @@ def test_keeping_every_token_gives_the_dense_maps(small_model_spec, tmp_path):
     _close(_maps(_reloaded(model, tmp_path / "pruned"), x), dense)
 
 
-@pytest.mark.needs("dense_features", "token_pruning")
+@pytest.mark.needs("dense_features", "token_reduction")
 @pytest.mark.parametrize("adaptive", [False, True], ids=["static", "adaptive"])
 def test_a_pruned_token_keeps_its_last_value_on_the_grid(small_model_spec, adaptive):
     """STAR's blocks drop patch tokens; the maps still cover the grid, each dropped position holding the token as the

@@ -171,8 +171,9 @@ def test_depth_surgery_keeps_timm_state_dict_keys():
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda m: prune_tokens(m, 0, 0.5), r"token pruning needs to prune tokens, which vitprune cannot do on timm-swin "
-                                        r"models: Swin has no \[CLS\] token"),
+    (lambda m: prune_tokens(m, 0, 0.5), r"token reduction needs to prune or merge tokens, which vitprune cannot do "
+                                        r"on timm-swin models: Swin's windows and patch merging need the whole token "
+                                        r"grid"),
     (lambda m: prune_embed_dims(m, [0]), "embedding pruning needs to prune embedding channels, which vitprune cannot "
                                          "do on timm-swin models"),
     (lambda m: prune_attention_dims(m, 0, [0], [[0]]), "value-width pruning needs to give each head its own number "
@@ -187,6 +188,6 @@ def test_edits_a_swin_cannot_take_are_refused(edit, message):
 
 def test_star_is_refused_for_lack_of_a_class_token():
     adapter = vitprune.get_adapter(_model())
-    with pytest.raises(UnsupportedArchitectureError, match=r"STAR needs to prune tokens .* timm-swin models: Swin has "
-                                                           r"no \[CLS\] token"):
-        adapter.require("token_pruning", "lrp", by="STAR")
+    with pytest.raises(UnsupportedArchitectureError, match=r"STAR needs to prune or merge tokens .* timm-swin models: "
+                                                           r".*Swin has no \[CLS\] token"):
+        adapter.require("token_reduction", "lrp", by="STAR")

@@ -95,7 +95,8 @@ CASES = [
          r"the MAC target 1G is not below the model's .* MACs per image \(full convention\): there is "
          r"nothing to prune"),
     Case("compare-unknown-arm", "compare {ws}/model --data digits --target-macs 0.6 --arms vbp,depth --out {ws}/run",
-         2, r"unknown arm\(s\) depth; known: hetdpt, hiap, star, vbp, width, hetdpt\+, hetdpt\+star"),
+         2, r"unknown arm\(s\) depth; known: hetdpt, hiap, star, tome, vbp, width, hetdpt\+, hetdpt\+star, "
+         r"hetdpt\+tome"),
     Case("hetdpt-budget-too-large", "prune hetdpt {ws}/model --data digits --budget 9 --out {ws}/run", 2,
          r"budget 9 is out of range: the model has 2 attention and 2 activation layers \(4 in all\)"),
     Case("hetdpt-split-off-budget", "prune hetdpt {ws}/model --data digits --budget 2 --split 2,1 --out {ws}/run", 2,

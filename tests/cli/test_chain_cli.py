@@ -47,7 +47,7 @@ def test_chain_file_runs_and_reports_every_step(capsys, tmp_path, monkeypatch):
      r"step 2: give exactly one of ratio and target_macs"),
     ('[{"method": "star", "rates": [1, 0.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "alpha": 1}, {"method": "width", '
      '"ratio": 0.2}]',
-     r"step 2 \(width\): blocks.1 prunes tokens; prune width before tokens"),
+     r"step 2 \(width\): blocks.1 reduces tokens; prune width before tokens"),
 ])
 def test_chain_mistakes_are_one_line(capsys, tmp_path, content, pattern):
     steps = tmp_path / "chain.json"

@@ -72,18 +72,24 @@ def test_prune_hiap_runs(capsys, tmp_path, folder, saved, family):
 
 
 @pytest.mark.parametrize("family, command, options, message", [
-    ("convnext", "star", ["--rho", "0.7"], "STAR needs to prune tokens and propagate LRP relevance through its "
-                                           "blocks, which vitprune cannot do on timm-convnext models"),
+    ("convnext", "star", ["--rho", "0.7"], "STAR needs to prune or merge tokens and propagate LRP relevance through "
+                                           "its blocks, which vitprune cannot do on timm-convnext models"),
     ("convnext", "hetdpt", ["--budget", "2"], "HetDPT needs to remove attention sublayers"),
     # A chain refuses before any step runs, naming the step.
     ("convnext", "hetdpt+", ["--budget", "2", "--target-macs", "1M"], "step 1 \\(hetdpt\\): HetDPT needs to remove "
                                                                   "attention sublayers"),
-    ("swin", "star", ["--rho", "0.7"], r"STAR needs to prune tokens and propagate LRP relevance through its blocks, "
-                                       r"which vitprune cannot do on timm-swin models: Swin has no \[CLS\] token"),
+    ("swin", "star", ["--rho", "0.7"], r"STAR needs to prune or merge tokens and propagate LRP relevance through its "
+                                       r"blocks, which vitprune cannot do on timm-swin models: Swin's windows and "
+                                       r"patch merging need the whole token grid; Swin has no \[CLS\] token"),
+    ("swin", "tome", ["--r", "2"], r"ToMe needs to prune or merge tokens, which vitprune cannot do on timm-swin "
+                                   r"models: Swin's windows and patch merging need the whole token grid"),
+    ("convnext", "tome", ["--r", "2"], "ToMe needs to prune or merge tokens, which vitprune cannot do on "
+                                       "timm-convnext models"),
     ("swin", "hetdpt+", ["--budget", "2", "--target-macs", "1M"], "step 2 \\(width\\): width pruning needs to prune "
                                                               "embedding channels, which vitprune cannot do on "
                                                               "timm-swin models"),
-], ids=["convnext-star", "convnext-hetdpt", "convnext-hetdpt+", "swin-star", "swin-hetdpt+"])
+], ids=["convnext-star", "convnext-hetdpt", "convnext-hetdpt+", "swin-star", "swin-tome", "convnext-tome",
+         "swin-hetdpt+"])
 def test_methods_a_family_cannot_take_are_one_line(capsys, tmp_path, folder, saved, family, command, options,
                                                    message):
     code, _, err = run(capsys, "prune", command, saved(family), "--data", str(folder), "--no-speed", "--out",

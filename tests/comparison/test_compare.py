@@ -210,9 +210,10 @@ def test_a_target_out_of_reach_is_reported_not_changed(tmp_path):
 
 
 @pytest.mark.parametrize("name, kwargs, refused", [
-    ("convnext_tiny", CONVNEXT_TINY, {"hetdpt": "hetdpt", "star": "star", "hetdpt+": "hetdpt",
-                                      "hetdpt+star": "hetdpt"}),
-    ("swin_tiny_patch4_window7_224", SWIN_TINY, {"star": "star", "hetdpt+star": "star"}),
+    ("convnext_tiny", CONVNEXT_TINY, {"hetdpt": "hetdpt", "star": "star", "tome": "tome", "hetdpt+": "hetdpt",
+                                      "hetdpt+star": "hetdpt", "hetdpt+tome": "hetdpt"}),
+    ("swin_tiny_patch4_window7_224", SWIN_TINY, {"star": "star", "tome": "tome", "hetdpt+star": "star",
+                                                 "hetdpt+tome": "tome"}),
 ], ids=["convnext", "swin"])
 def test_a_family_without_a_capability_lists_the_arm_as_not_applicable(name, kwargs, refused):
     """The adapter decides, before anything runs: ConvNeXt has no attention or tokens to remove, Swin no [CLS] token to
@@ -242,7 +243,7 @@ def test_bad_targets_arms_and_budgets_are_one_line():
             check_targets(macs, speedup)
     with pytest.raises(VitpruneError, match="a speedup target is measured: drop --no-speed"):
         check_targets(None, 1.5, SpeedConfig(enabled=False))
-    with pytest.raises(VitpruneError, match="unknown arm\\(s\\) prune; known: hetdpt, hiap, star, vbp, width"):
+    with pytest.raises(VitpruneError, match="unknown arm\\(s\\) prune; known: hetdpt, hiap, star, tome, vbp, width"):
         arms_module.check_arms(["prune"])
     with pytest.raises(VitpruneError, match="unknown budget 'huge' \\(choose from: quick, standard, paper\\)"):
         get_budget("huge")

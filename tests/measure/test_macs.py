@@ -328,5 +328,5 @@ def test_tp_refuses_token_pruning_blocks_whose_attention_it_would_miss():
     attention = get_adapter(model).block(1).attn.module
     _, _, per_module, _ = count_ops_and_params(model, torch.randn(1, 3, 224, 224), layer_wise=True)
     assert per_module[attention] == 0 < count_macs(model).blocks[1].attn_linear
-    with pytest.raises(VitpruneError, match="token-pruning blocks"):
+    with pytest.raises(VitpruneError, match="token-reducing blocks"):
         count_macs(model, convention="tp")

@@ -41,7 +41,9 @@ def test_a_paired_gap_that_separate_intervals_miss():
     assert d.discordant == pytest.approx(0.02)
 
 
-@pytest.mark.parametrize(("only_a", "only_b"), [(25, 10), (40, 22), (12, 12)])
+# One case in the fast lane (2 s each: bootstrap resamples).
+@pytest.mark.parametrize(("only_a", "only_b"), [(25, 10), pytest.param(40, 22, marks=pytest.mark.slow),
+                                                pytest.param(12, 12, marks=pytest.mark.slow)])
 def test_one_seed_agrees_with_mcnemar(only_a, only_b):
     """With one seed the bootstrap is McNemar's test in another form: the discordant images decide."""
     a, b = _arms(2000, 1600, only_a, only_b)

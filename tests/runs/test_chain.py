@@ -21,7 +21,7 @@ from vitprune.runs import ChainConfig, MethodData, RunContext
 from vitprune.runs.chain import CHAIN_FILE, MODEL_DIR, REPORT_FILE, STEP_FILE, STEPS_DIR, run_chain, start_from
 from vitprune.runs.method import get_method, step_methods
 from vitprune.runs.steps import Step, check_chain, load_chain, parse_chain
-from vitprune.surgery import prune_depth, token_pruning_blocks
+from vitprune.surgery import prune_depth, token_ops
 
 pytest.importorskip("torch_pruning")
 
@@ -227,7 +227,7 @@ def test_depth_then_star_with_its_lrp_prior(setting, tmp_path):
     rates = report.steps[2]["summary"]["keep_rates"]
     assert rates[1] == 1.0 and min(rates) == 0.6
     final = vitprune.load(tmp_path / MODEL_DIR)
-    blocks = token_pruning_blocks(final)
+    blocks = token_ops(final)
     assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(rates) if r < 1}
     assert all(not torch.all(b.inter == 1) for b in blocks.values())  # the LRP prior is installed
     assert report.consistency["ok"]
@@ -261,13 +261,14 @@ def test_chain_files_and_the_documented_methods(tmp_path):
         load_chain(path)
     with pytest.raises(VitpruneError, match="does not exist"):
         load_chain(tmp_path / "missing.json")
-    assert set(step_methods()) == {"depth", "hetdpt", "hetdpt+", "merge", "width", "vbp", "star", "hiap", "finetune"}
+    assert set(step_methods()) == {"depth", "hetdpt", "hetdpt+", "merge", "width", "vbp", "star", "tome", "hiap",
+                                    "finetune"}
 
 
 @pytest.mark.parametrize("steps, error, message", [
     # Token-pruning blocks cannot be traced by torch-pruning.
     ([{"method": "star", "rates": [1, 0.5, 1, 1], "alpha": 1.0}, {"method": "width", "ratio": 0.2}],
-     UnsupportedArchitectureError, r"step 2 \(width\): blocks.1 prunes tokens; prune width before tokens"),
+     UnsupportedArchitectureError, r"step 2 \(width\): blocks.1 reduces tokens; prune width before tokens"),
     # The attention of block 1 is gone: removing it again is a mistake, not a no-op.
     ([{"method": "depth", "attention": [1]}, {"method": "depth", "attention": [1]}],
      VitpruneError, r"step 2 \(depth\): block 1 has no attention left to remove"),
@@ -283,8 +284,8 @@ def test_a_step_the_family_cannot_take_is_refused_before_any_step_runs(tmp_path)
     """ConvNeXt takes VBP but not STAR: the chain says so for step 2 before step 1 spends anything."""
     model = tracked("convnext_tiny", CONVNEXT_TINY)
     steps = parse_chain([{"method": "vbp", "ratio": 0.3}, {"method": "star", "rho": 0.7, "alpha": 1.0}])
-    with pytest.raises(UnsupportedArchitectureError, match=r"step 2 \(star\): STAR needs to prune tokens, which "
-                                                           "vitprune cannot do on timm-convnext models"):
+    with pytest.raises(UnsupportedArchitectureError, match=r"step 2 \(star\): STAR needs to prune or merge tokens, "
+                                                           "which vitprune cannot do on timm-convnext models"):
         run_chain(model, MethodData(), steps, RunContext(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 

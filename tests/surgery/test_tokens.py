@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from strategies import EXAMPLES, draw_edits, headed_blocks, images, property_test, small_vits
 
 import vitprune
-from vitprune.adapters.timm_blocks import TokenPruneBlock
+from vitprune.adapters.timm_blocks import TokenBlock
 from vitprune.adapters.tokens import fused_log_scores
 from vitprune.errors import VitpruneError
 from vitprune.measure import count_macs, flop_counter_macs
-from vitprune.surgery import prune_tokens, set_token_prior, token_pruning_blocks
+from vitprune.surgery import prune_tokens, set_token_prior, token_ops, token_pruning_blocks
 
 
 def _model(name="deit_tiny_patch16_224", kwargs=None):
@@ -28,7 +28,7 @@ def _images(model, n=2, seed=0):
     return torch.randn(n, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.needs("token_pruning")
+@pytest.mark.needs("token_reduction")
 def test_keep_rate_one_is_the_identity(small_model_spec):
     model = _model(*small_model_spec)
     x = _images(model)
@@ -44,7 +44,7 @@ def test_keep_rate_one_is_the_identity(small_model_spec):
 def _positions_seen(model, x):
     """The original patch positions each pruning block hands on, captured from its output."""
     seen = {}
-    hooks = [b.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out[1][0].tolist()))
+    hooks = [b.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out[1].positions[0].tolist()))
              for i, b in token_pruning_blocks(model).items()]
     with torch.no_grad():
         model.eval()(x)
@@ -150,8 +150,8 @@ def test_save_load_keeps_rates_and_priors(tmp_path):
     vitprune.save(model, tmp_path / "m")
     loaded = vitprune.load(tmp_path / "m")
     block = token_pruning_blocks(loaded)[3]
-    assert isinstance(block, TokenPruneBlock) and (block.keep_rate, block.alpha) == (0.5, 0.25)
-    assert torch.equal(block.inter, torch.arange(1.0, 197.0))
+    assert isinstance(block, TokenBlock) and (block.tokens.keep_rate, block.tokens.alpha) == (0.5, 0.25)
+    assert torch.equal(block.tokens.inter, torch.arange(1.0, 197.0))
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
     assert [e.op for e in vitprune.get_recipe(loaded).edits] == ["prune_tokens"]
@@ -181,7 +181,8 @@ def _counts_seen(model, x):
 
     def record(i):
         def hook(_m, _a, out):
-            _, positions, valid = out
+            _, state = out
+            positions, valid = state.positions, state.valid
             seen[i] = (valid.sum(1) if valid is not None else torch.full((positions.shape[0],), positions.shape[1]))
         return hook
 
@@ -194,7 +195,7 @@ def _counts_seen(model, x):
 
 
 def test_adaptive_count_is_the_inclusive_weighted_percentile():
-    block = token_pruning_blocks(_pruned(adaptive=True))[3]
+    block = token_ops(_pruned(adaptive=True))[3]
     scores = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log()
     valid = torch.ones(2, 4, dtype=torch.bool)
     block.keep_rate = 0.8
@@ -249,7 +250,7 @@ def test_adaptive_setting_saves_and_loads(tmp_path):
         out = model.eval()(x)
     vitprune.save(model, tmp_path / "m")
     loaded = vitprune.load(tmp_path / "m")
-    assert all(b.adaptive for b in token_pruning_blocks(loaded).values())
+    assert all(op.adaptive for op in token_ops(loaded).values())
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
 
@@ -283,7 +284,8 @@ def test_intra_score_keeps_the_patches_the_cls_token_attends_to_most():
         cls = ((q @ k.transpose(-2, -1)) * attn.scale).softmax(-1)[:, :, 0, 1:].mean(1)  # (B, 196), full map
     expected = [sorted(row.topk(49).indices.tolist()) for row in cls]
     seen = {}
-    hook = token_pruning_blocks(model)[0].register_forward_hook(lambda m, a, out: seen.update(pos=out[1].tolist()))
+    hook = token_pruning_blocks(model)[0].register_forward_hook(
+        lambda m, a, out: seen.update(pos=out[1].positions.tolist()))
     with torch.no_grad():
         model.eval()(x)
     hook.remove()
@@ -312,7 +314,7 @@ def test_keeping_every_token_changes_nothing_after_any_edits(examples):
     check()
 
 
-@pytest.mark.needs("token_pruning")
+@pytest.mark.needs("token_reduction")
 def test_star_gives_the_outputs_and_macs_it_gave_before_token_reduction_became_one_capability(small_model_spec):
     """tests/fixtures/star_outputs.safetensors holds the logits and MACs that STAR's edits gave on each family before
     its blocks moved onto the token-reduction capability (tests/star_reference.py)."""

@@ -10,7 +10,8 @@ import torch
 from conftest import tracked
 
 import vitprune
-from vitprune.adapters.timm_blocks import DepthBlock, VariableHeadAttention, attention_with_cls_row
+from vitprune.adapters.timm_blocks import DepthBlock, VariableHeadAttention, attention_with_signal
+from vitprune.adapters.tokens import TokenState
 from vitprune.consistency import check_consistency
 from vitprune.measure import count_macs
 from vitprune.surgery import prune_attention_dims, prune_depth, prune_tokens, set_token_prior, token_pruning_blocks
@@ -49,7 +50,7 @@ def test_variable_head_model_has_the_block_forms_under_test():
     assert isinstance(model.blocks[1], DepthBlock)  # a headless attention is a constant the block skips
 
 
-@pytest.mark.needs("token_pruning", "value_width")
+@pytest.mark.needs("token_reduction", "value_width")
 def test_keep_all_on_variable_heads_is_the_identity(small_model_spec):
     model = _variable(*small_model_spec)
     x = _images(model)
@@ -78,13 +79,14 @@ def test_cls_row_of_variable_heads_is_the_cls_querys_softmax(block):
     attn = _variable("deit_tiny_patch16_224", {}).blocks[block].attn
     x = torch.randn(2, 30, attn.qkv.in_features, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        out, row = attention_with_cls_row(attn, x)
+        out, row = attention_with_signal(attn, x, "cls_row")
         torch.testing.assert_close(row, _by_hand(attn, x), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(out, attn(x), rtol=0, atol=0)  # the same fused path as the plain forward
         # a-STAR padding: the last 7 tokens of image 0 and the last 3 of image 1 are padding, never attended.
         real = [23, 27]
         mask = torch.arange(30) < torch.tensor(real)[:, None]
-        out, row = attention_with_cls_row(attn, x, mask)
+        bias = TokenState(valid=mask[:, 1:]).key_bias(x)  # the [CLS] token is the prefix
+        out, row = attention_with_signal(attn, x, "cls_row", bias)
         for i, n in enumerate(real):
             assert torch.all(row[i, :, n:] == 0)
             torch.testing.assert_close(row[i:i + 1, :, :n], _by_hand(attn, x[i:i + 1, :n]), rtol=1e-5, atol=1e-6)
@@ -95,13 +97,13 @@ def test_cls_row_of_variable_heads_is_the_cls_querys_softmax(block):
 
 def test_a_headless_block_cannot_prune_tokens():
     model = _variable("deit_tiny_patch16_224", {})
-    with pytest.raises(ValueError, match=r"blocks\.1 has no attention head left, so no \[CLS\] attention to rank "
-                                         r"its patch tokens by: it cannot prune tokens"):
+    with pytest.raises(ValueError, match=r"blocks\.1 has no attention head left, so no \[CLS\] attention or keys "
+                                         r"to reduce its tokens by"):
         prune_tokens(model, 1, 0.5)
     with pytest.raises(ValueError, match="no attention head left"):  # nor at keep-all: there is nothing to score
         prune_tokens(model, 1, 1.0)
     with pytest.raises(ValueError, match="an attention without heads has no"):
-        attention_with_cls_row(model.blocks[1].attn, torch.randn(1, 5, model.embed_dim))
+        attention_with_signal(model.blocks[1].attn, torch.randn(1, 5, model.embed_dim), "cls_row")
     assert token_pruning_blocks(model) == {} and vitprune.get_recipe(model).edits[-1].op == "prune_attention_dims"
     prune_depth(model, attention=[3])  # attention removed by depth pruning: the same reason
     with pytest.raises(ValueError, match=r"blocks\.3 has no attention head left"):
@@ -122,7 +124,7 @@ def test_a_star_batch_with_variable_heads_gives_each_image_its_own_output():
     model = _a_star()
     x = _images(model, n=3, seed=4)
     counts = {}
-    hooks = [b.register_forward_hook(lambda m, a, out, i=i: counts.__setitem__(i, out[2].sum(1).tolist()))
+    hooks = [b.register_forward_hook(lambda m, a, out, i=i: counts.__setitem__(i, out[1].valid.sum(1).tolist()))
              for i, b in token_pruning_blocks(model).items()]
     with torch.no_grad():
         batched = model(x)
@@ -166,5 +168,5 @@ def test_a_star_on_variable_heads_counts_macs_on_the_padded_batch(tmp_path):
 def test_a_block_with_an_output_activation_still_cannot_prune_tokens():
     model = _variable("deit_tiny_patch16_224", {})
     vitprune.get_adapter(model).set_output_activation(0, torch.nn.GELU())  # HetDPT's compatibility option
-    with pytest.raises(ValueError, match=r"blocks\.0: token pruning needs timm's Block with ungated attention"):
+    with pytest.raises(ValueError, match=r"blocks\.0: token reduction needs timm's Block with ungated attention"):
         prune_tokens(model, 0, 0.5)

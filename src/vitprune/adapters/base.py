@@ -33,7 +33,7 @@ CAPABILITIES: dict[str, str] = {
     "head_width": "prune heads and head dimensions",
     "value_width": "give each head its own number of value dimensions",
     "embed_width": "prune embedding channels",
-    "token_pruning": "prune tokens",
+    "token_reduction": "prune or merge tokens",
     "lrp": "propagate LRP relevance through its blocks",
     "gates": "train gates on its sublayers, heads and neurons",
     "dense_features": "give the feature maps of its blocks or stages to a detection or segmentation head",
@@ -207,8 +207,9 @@ class BlockView:
     LayerScale modules, or ``nn.Identity`` where the model has none; likewise ``drop_path1/2``.
     ``act`` is an activation on the block output, ``nn.Identity`` in every standard ViT.
     Views show the layers inside any gate (see :class:`AttentionView`'s ``gate``).
-    ``token_keep_rate`` is set where the block drops patch tokens before its MLP
-    (:meth:`ViTAdapter.set_token_pruning`); such a block also computes its [CLS] attention row.
+    ``token_op`` is the :class:`~vitprune.adapters.tokens.TokenOp` the block runs on its tokens between its
+    attention and its MLP (:meth:`TokenReduction.set_token_op`: STAR's selection, ToMe's merging), ``None`` where it
+    runs none.
     """
 
     index: int
@@ -223,7 +224,7 @@ class BlockView:
     ls2: nn.Module
     drop_path2: nn.Module
     act: nn.Module
-    token_keep_rate: float | None = None
+    token_op: nn.Module | None = None
 
 
 class ViTAdapter(ABC):
@@ -553,21 +554,16 @@ class TokenSequence(ABC):
         ``pre_logits(images) == pool(blocks(embed(images)))``."""
 
 
-class TokenPruning(TokenSequence):
-    """``token_pruning``: blocks can drop patch tokens, ranked by the [CLS] token's attention."""
+class TokenReduction(TokenSequence):
+    """``token_reduction``: a block can run a token operation (:class:`~vitprune.adapters.tokens.TokenOp`) between
+    its attention and its MLP; the sequence hands the state the operations leave (positions, padding, sizes) from
+    block to block, and every block's attention takes the bias it implies."""
 
     @abstractmethod
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
-        """Make block ``index`` keep its prefix tokens and ``ceil(keep_rate · patches)`` patch tokens before its MLP.
-
-        Patches are ranked by ``alpha·log(intra) + (1−alpha)·log(prior)`` (intra: the head-averaged
-        [CLS] attention; prior: a per-position table, ones until a method sets it). ``adaptive``
-        keeps, per image, the fewest top patches holding ``keep_rate`` of the normalised score.
-        """
-
-    @abstractmethod
-    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
-        """Install the per-position prior (one positive score per patch position) of token-pruning block ``index``."""
+    def set_token_op(self, index: int, op: nn.Module) -> None:
+        """Make block ``index`` run ``op`` on its tokens after its attention's residual and before its MLP (in place
+        of any operation it ran). A block that cannot give ``op`` what it reads of its attention (no head left, a
+        gate, another block form) raises ``ValueError``."""
 
 
 class LRPRelevance(TokenSequence):
@@ -609,6 +605,6 @@ class InputResize(ABC):
 CAPABILITY_MIXINS: dict[str, type] = {
     "attention_removal": AttentionRemoval, "activation_removal": ActivationRemoval,
     "output_activation": OutputActivation, "ffn_width": FFNWidth, "head_width": HeadWidth, "value_width": ValueWidth,
-    "embed_width": EmbedWidth, "token_pruning": TokenPruning, "lrp": LRPRelevance, "gates": Gates,
+    "embed_width": EmbedWidth, "token_reduction": TokenReduction, "lrp": LRPRelevance, "gates": Gates,
     "dense_features": DenseFeatures, "input_resize": InputResize,
 }

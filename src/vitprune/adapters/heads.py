@@ -1,5 +1,6 @@
 """Heads of uneven value widths as one tensor: the family-independent reshaping that attention with per-head
-value widths (HiAP's extraction) and STAR's relevance pass share."""
+value widths (HiAP's extraction) and STAR's relevance pass share; and the attention kernel vitprune's own attention
+paths call."""
 
 from __future__ import annotations
 
@@ -24,3 +25,15 @@ def merge_heads(heads: torch.Tensor, widths: list[int]) -> torch.Tensor:
     if len(set(widths)) == 1:
         return heads[..., :widths[0]].reshape(b, n, sum(widths))
     return torch.cat([heads[:, :, h, :w] for h, w in enumerate(widths)], -1)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
+           bias: torch.Tensor | None = None, dropout: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+    """``softmax(q·kᵀ·scale + bias)·v`` over ``(B, H, N, d)`` heads: the fused kernel, or, while torch exports a model
+    with a bias (token reduction's padding or sizes), the explicit form, which its ONNX exporter can decompose under a
+    dynamic batch."""
+    if bias is None or not torch.compiler.is_exporting():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, is_causal=is_causal,
+                                              scale=scale)
+    scores = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1) + bias
+    return F.dropout(scores.softmax(dim=-1), dropout) @ v

@@ -1,17 +1,16 @@
 """The timm block forms that surgery leaves behind where timm's ``Block`` cannot express the result:
 blocks without attention (depth pruning), blocks with a sublayer that has no unit left (width
-pruning down to zero) and blocks that drop patch tokens (token pruning)."""
+pruning down to zero) and blocks that run a token operation (token pruning or merging)."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from vitprune.adapters.heads import merge_heads, split_heads
-from vitprune.adapters.tokens import TokenSelection, cls_attention_row, run_token_blocks
+from vitprune.adapters.heads import attend, merge_heads, split_heads
+from vitprune.adapters.tokens import TokenHost, TokenOp, TokenState, attention_signal, run_token_blocks
 
 
 class DepthBlock(nn.Module):
@@ -109,20 +108,20 @@ class VariableHeadAttention(nn.Module):
         return sum(self.value_dims)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        """timm ``Attention``'s forward; a boolean ``attn_mask`` is ``True`` where a key may be attended to."""
+        """timm ``Attention``'s forward; ``attn_mask`` as timm takes it (additive, or boolean: ``True`` where a key
+        may be attended to)."""
         if self.num_heads == 0:
             b, n, _ = x.shape
             return self.proj_drop(self.proj(x.new_zeros(b, n, 0)))
         return self._attend(*self._heads(x), attn_mask, is_causal)
 
-    def forward_with_cls_row(self, x: torch.Tensor,
-                             key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The output and the [CLS] row, as :func:`attention_with_cls_row` (``key_mask``: ``False`` at padding)."""
+    def forward_with_signal(self, x: torch.Tensor, reads: str,
+                            key_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output and what a token operation ``reads``, as :func:`attention_with_signal`."""
         if self.num_heads == 0:
-            raise ValueError("an attention without heads has no [CLS] attention row")
+            raise ValueError("an attention without heads has no [CLS] attention row or keys")
         q, k, v = self._heads(x)
-        mask = None if key_mask is None else key_mask[:, None, None, :]
-        return self._attend(q, k, v, mask), cls_attention_row(q, k, self.scale, key_mask)
+        return self._attend(q, k, v, key_bias), attention_signal(reads, q, k, self.scale, key_bias)
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Normed queries and keys and the zero-padded values, each ``(B, H, N, head_dim)``."""
@@ -135,76 +134,66 @@ class VariableHeadAttention(nn.Module):
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 is_causal: bool = False) -> torch.Tensor:
         """All heads in one fused kernel, cut back to their value widths, then ``proj``."""
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
-                                             dropout_p=self.attn_drop.p if self.training else 0.0)
+        out = attend(q, k, v, scale=self.scale, bias=attn_mask, is_causal=is_causal,
+                     dropout=self.attn_drop.p if self.training else 0.0)
         return self.proj_drop(self.proj(merge_heads(out, self.value_dims)))
 
 
-def attention_with_cls_row(attn: Attention | VariableHeadAttention, x: torch.Tensor,
-                           key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The attention's output and the first ([CLS]) token's attention probabilities over all tokens, ``(B, H, N)``.
+def attention_with_signal(attn: Attention | VariableHeadAttention, x: torch.Tensor, reads: str,
+                          key_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention's output and what a token operation ``reads`` of it
+    (:func:`~vitprune.adapters.tokens.attention_signal`: the [CLS] row or the keys).
 
     The output takes the attention's own path (timm's fused scaled-dot-product attention when
-    enabled); the [CLS] row is :func:`cls_attention_row`. ``key_mask`` ``(B, N)`` marks the tokens
-    that may be attended to (padding is ``False``).
+    enabled); ``key_bias`` ``(B, 1, 1, N)`` adds to the logits (padding, token sizes).
     """
     if isinstance(attn, VariableHeadAttention):
-        return attn.forward_with_cls_row(x, key_mask)
+        return attn.forward_with_signal(x, reads, key_bias)
     b, n, _ = x.shape
     q, k, v = attn.qkv(x).reshape(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
     q, k = attn.q_norm(q), attn.k_norm(k)
-    mask = None if key_mask is None else key_mask[:, None, None, :]
-    cls_row = cls_attention_row(q, k, attn.scale, key_mask)
+    signal = attention_signal(reads, q, k, attn.scale, key_bias)
     if attn.fused_attn:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                             dropout_p=attn.attn_drop.p if attn.training else 0.0)
+        out = attend(q, k, v, bias=key_bias, dropout=attn.attn_drop.p if attn.training else 0.0)
     else:
         scores = (q * attn.scale) @ k.transpose(-2, -1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+        if key_bias is not None:
+            scores = scores + key_bias
         out = attn.attn_drop(scores.softmax(dim=-1)) @ v
     out = attn.norm(out.transpose(1, 2).reshape(b, n, attn.attn_dim))
-    return attn.proj_drop(attn.proj(out)), cls_row
+    return attn.proj_drop(attn.proj(out)), signal
 
 
-class TokenPruneBlock(TokenSelection):
-    """timm's pre-norm ``Block`` that keeps the prefix tokens and the top-scoring patch tokens before its MLP
-    (:class:`~vitprune.adapters.tokens.TokenSelection` says which).
+class TokenBlock(TokenHost):
+    """timm's pre-norm ``Block`` that runs a token operation (its ``tokens``) between its attention and its MLP.
 
-    The attention is timm's or a :class:`VariableHeadAttention` with at least one head. Submodule
-    names are ``Block``'s, so state-dict keys do not change.
+    The attention is timm's or a :class:`VariableHeadAttention` with at least one head. The other submodule names
+    are ``Block``'s, so their state-dict keys do not change.
     """
 
-    def __init__(self, block: Block, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0,
-                 alpha: float = 1.0, adaptive: bool = False) -> None:
-        super().__init__(num_prefix_tokens=num_prefix_tokens, num_patches=num_patches, keep_rate=keep_rate,
-                         alpha=alpha, adaptive=adaptive)
+    def __init__(self, block: Block, op: TokenOp) -> None:
+        super().__init__()
         self.norm1, self.attn, self.ls1, self.drop_path1 = block.norm1, block.attn, block.ls1, block.drop_path1
         self.norm2, self.mlp, self.ls2, self.drop_path2 = block.norm2, block.mlp, block.ls2, block.drop_path2
+        self.tokens = op
         self.train(block.training)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
-                valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """``(tokens, positions, valid)`` after the block.
-
-        ``positions`` ``(B, n)`` are the patch tokens' original indices; ``valid`` ``(B, n)`` marks
-        the real ones where an adaptive block left padding (``None``: all real).
-        """
-        out, cls_row = attention_with_cls_row(self.attn, self.norm1(x), self.key_mask(x, valid))
+    def forward(self, x: torch.Tensor, state: TokenState) -> tuple[torch.Tensor, TokenState]:
+        out, signal = attention_with_signal(self.attn, self.norm1(x), self.tokens.reads, state.key_bias(x))
         x = x + self.drop_path1(self.ls1(out))
-        x, positions, valid = self.select(x, positions, valid, cls_row)
+        x, state = self.tokens(x, state, signal)
         x = x + self.drop_path2(self.ls2(mlp_branch(self, x)))
-        return x, positions, valid
+        return x, state
 
 
 class TokenBlocks(nn.Sequential):
-    """The block sequence of a token-pruned ViT: hands each patch token's original position (and, after an
-    adaptive block, which slots are real) from block to block."""
+    """The block sequence of a token-reduced ViT: hands what each token operation left (original positions, real
+    slots, token sizes) from block to block."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return run_token_blocks(self, x, run_block)
 
 
-def run_block(block: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """A timm block on tokens where ``mask`` ``(B, N)`` is ``False`` at padding no token may attend to."""
-    return block(x) if mask is None else block(x, attn_mask=mask[:, None, None, :])
+def run_block(block: nn.Module, x: torch.Tensor, key_bias: torch.Tensor | None) -> torch.Tensor:
+    """A timm block on tokens whose attention logits take ``key_bias`` ``(B, 1, 1, N)`` (padding, token sizes)."""
+    return block(x) if key_bias is None else block(x, attn_mask=key_bias)

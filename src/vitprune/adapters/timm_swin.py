@@ -87,8 +87,9 @@ class SwinAdapter(TimmStagedAdapter, AttentionRemoval, ActivationRemoval, Output
     family_attributes = frozenset({"relative_position_bias_table", "relative_position_index", "downsample",
                                    "shift_size", "window_area", "input_resolution", "reduction"})
     stages_attribute = "layers"
-    lacking_reasons = {name: "Swin has no [CLS] token to rank tokens by (it averages its last stage's tokens)"
-                       for name in ("token_pruning", "lrp")}
+    lacking_reasons = {
+        "token_reduction": "Swin's windows and patch merging need the whole token grid",
+        "lrp": "Swin has no [CLS] token to rank tokens by (it averages its last stage's tokens)"}
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)

@@ -13,14 +13,13 @@ from torch import nn
 
 from vitprune.adapters.base import (
     QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, DenseFeatures, EmbedWidth, FFNWidth, Gates,
-    HeadWidth, InputResize, LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+    HeadWidth, InputResize, LRPRelevance, MlpView, OutputActivation, TokenReduction, ValueWidth, ViTAdapter,
 )
 from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
-from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlocks, TokenPruneBlock, VariableHeadAttention,
+from vitprune.adapters.timm_blocks import (DepthBlock, TokenBlock, TokenBlocks, VariableHeadAttention,
                                           constant_output, run_block)
 from vitprune.adapters.tokens import token_feature_maps
-from vitprune.errors import VitpruneError
 from vitprune.linear import slice_linear
 
 
@@ -119,7 +118,7 @@ def _slice_layer_scale(ls: nn.Module | None, keep: list[int], path: str) -> None
 
 
 class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth,
-                     HeadWidth, ValueWidth, EmbedWidth, TokenPruning, LRPRelevance, Gates, DenseFeatures,
+                     HeadWidth, ValueWidth, EmbedWidth, TokenReduction, LRPRelevance, Gates, DenseFeatures,
                      InputResize):
     """timm ``VisionTransformer`` and subclasses whose blocks are timm's pre-norm ``Block``.
 
@@ -134,13 +133,13 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         "patch_embed", "cls_token", "dist_token", "reg_token", "num_reg_tokens", "pos_embed", "pos_drop",
         "patch_drop", "norm_pre", "fc_norm", "head_dist", "head_drop", "attn_pool", "global_pool", "has_class_token",
         "no_embed_class", "distilled_training", "set_distilled_training", "forward_features", "forward_head",
-        "attn_drop", "proj_drop", "fused_attn", "drop1", "drop2", "keep_rate", "inter",
+        "attn_drop", "proj_drop", "fused_attn", "drop1", "drop2",
     })
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         check_blocks(((f"blocks.{i}", block) for i, block in enumerate(model.blocks)),
-                     (Block, DepthBlock, TokenPruneBlock), "pre-norm Block", _check_attention)
+                     (Block, DepthBlock, TokenBlock), "pre-norm Block", _check_attention)
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
@@ -150,7 +149,7 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         return [self._view(i, block) for i, block in enumerate(self.model.blocks)]
 
     @staticmethod
-    def _view(index: int, block: Block | DepthBlock | TokenPruneBlock) -> BlockView:
+    def _view(index: int, block: Block | DepthBlock | TokenBlock) -> BlockView:
         (a, attn_gate), m = unwrap(block.attn), block.mlp
         act, act_gate = unwrap(m.act)
         attn = None
@@ -174,7 +173,7 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
             ls2=block.ls2,
             drop_path2=block.drop_path2,
             act=block.act if isinstance(block, DepthBlock) else nn.Identity(),
-            token_keep_rate=block.keep_rate if isinstance(block, TokenPruneBlock) else None,
+            token_op=block.tokens if isinstance(block, TokenBlock) else None,
         )
 
     @property
@@ -245,8 +244,8 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
     def _depth_block(self, index: int) -> DepthBlock:
         """Block ``index`` as a :class:`DepthBlock`, converting a timm ``Block`` in place."""
         block = self.model.blocks[index]
-        if isinstance(block, TokenPruneBlock):
-            raise ValueError(f"blocks.{index} prunes tokens; depth surgery on such a block is not supported")
+        if isinstance(block, TokenBlock):
+            raise ValueError(f"blocks.{index} reduces tokens; depth surgery on such a block is not supported")
         if not isinstance(block, DepthBlock):
             block = self.model.blocks[index] = DepthBlock(block)
         return block
@@ -342,32 +341,25 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
             view.attn.module.proj = slice_linear(view.attn.proj, out_idx=keep)
         set_mlp_linears(view.mlp.module, f"{path}.mlp", *view.mlp.select_embed(keep))
 
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
+    def set_token_op(self, index: int, op: nn.Module) -> None:
         block = self.model.blocks[index]
-        if isinstance(block, TokenPruneBlock):
-            block.keep_rate, block.alpha, block.adaptive = keep_rate, alpha, adaptive
+        if isinstance(block, TokenBlock):
+            block.tokens = op
             return
         if block.attn is None or constant_output(block.attn) is not None:
-            # Checked first: such a block ranks nothing, whatever its form (STAR's schedule skips it).
-            raise ValueError(f"blocks.{index} has no attention head left, so no [CLS] attention to rank its patch "
-                             "tokens by: it cannot prune tokens")
+            # Checked first: such a block has nothing to rank or match by, whatever its form (STAR's schedule and
+            # ToMe's skip it).
+            raise ValueError(f"blocks.{index} has no attention head left, so no [CLS] attention or keys to reduce "
+                             "its tokens by")
         plain = type(block) is Block or (type(block) is DepthBlock and isinstance(block.act, nn.Identity))
         if not plain or type(block.attn) not in (Attention, VariableHeadAttention):
-            raise ValueError(f"blocks.{index}: token pruning needs timm's Block with ungated attention (timm's own "
+            raise ValueError(f"blocks.{index}: token reduction needs timm's Block with ungated attention (timm's own "
                              "or variable-width heads)")
-        if getattr(self.model, "cls_token", None) is None:
+        if op.reads == "cls_row" and getattr(self.model, "cls_token", None) is None:
             raise ValueError("token pruning scores patches by the [CLS] token's attention; this model has none")
         if not isinstance(self.model.blocks, TokenBlocks):
             self.model.blocks = TokenBlocks(*self.model.blocks)
-        self.model.blocks[index] = TokenPruneBlock(block, num_prefix_tokens=self.num_prefix_tokens,
-                                                   num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha,
-                                                   adaptive=adaptive)
-
-    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
-        block = self.model.blocks[index]
-        if not isinstance(block, TokenPruneBlock):
-            raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
-        block.set_prior(prior, index)
+        self.model.blocks[index] = TokenBlock(block, op)
 
     def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
                       norm: bool = False) -> list[torch.Tensor]:

@@ -1,32 +1,102 @@
-"""Token pruning that every family shares: which patch tokens a block keeps, and how a token-pruned block sequence
-hands the kept tokens' original positions from block to block. A family's token-pruning block subclasses
-:class:`TokenSelection` and adds its own attention and MLP around :meth:`TokenSelection.select`."""
+"""Token reduction that every family shares: an operation a block runs on its tokens between its attention and its
+MLP (STAR's :class:`TokenSelection` keeps the top-scoring patch tokens, ToMe's :class:`TokenMerging` merges the most
+similar ones), and how a block sequence hands what the operations left (:class:`TokenState`: the patch tokens'
+original positions, real slots, token sizes) from block to block. A family's host block runs its own attention and
+MLP around a :class:`TokenOp` (the adapter's ``set_token_op``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from timm.models._features import feature_take_indices
 from torch import nn
 
 from vitprune.errors import VitpruneError
 
 
+class TokenState(NamedTuple):
+    """What a token-reduced block sequence hands from block to block besides the tokens ``(B, N, C)``."""
+
+    #: ``(B, patches)``: each patch token's original position (STAR's prior, feature maps); ``None``: in order, all.
+    positions: torch.Tensor | None = None
+    #: ``(B, patches)``: ``True`` at real slots where an adaptive operation left padding; ``None``: all real.
+    valid: torch.Tensor | None = None
+    #: ``(B, N)``: how many input tokens each token stands for (ToMe's merges), prefix included; ``None``: one each.
+    size: torch.Tensor | None = None
+    #: Whether attention weighs each key by its token's size (ToMe's proportional attention: ``+ log size``).
+    proportional: bool = False
+
+    def key_bias(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The additive bias ``(B, 1, 1, N)`` every query's attention logits over the tokens ``x`` take: ``-inf`` at
+        padding, ``log size`` under proportional attention; ``None``: none."""
+        bias = None
+        if self.valid is not None:
+            prefix = x.new_ones(x.shape[0], x.shape[1] - self.valid.shape[1], dtype=torch.bool)
+            real = torch.cat([prefix, self.valid], dim=1)
+            bias = torch.zeros(real.shape, dtype=x.dtype, device=x.device).masked_fill(~real, float("-inf"))
+        if self.size is not None and self.proportional:
+            log_size = self.size.to(x.dtype).log()
+            bias = log_size if bias is None else bias + log_size
+        return None if bias is None else bias[:, None, None, :]
+
+
+class TokenOp(nn.Module):
+    """An operation a block runs on its tokens after its attention's residual and before its MLP.
+
+    The host block gives it what its attention computed that :attr:`reads` names: ``"cls_row"``, the first token's
+    attention probabilities over all tokens ``(B, H, N)``, or ``"keys"``, the keys ``(B, H, N, d)``. A subclass
+    implements :meth:`forward`, :meth:`leaving` and :meth:`scoring_macs`.
+    """
+
+    #: What the operation reads of the block's attention: ``"cls_row"`` or ``"keys"``.
+    reads: str = ""
+    #: Whether every patch token that leaves is one that entered, at a known original position (a pruned position
+    #: then keeps the value it last had, so feature maps cover the patch grid): STAR's, not ToMe's.
+    keeps_positions: bool = True
+
+    def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
+        """The tokens leaving the operation and the state that goes with them."""
+        raise NotImplementedError
+
+    def leaving(self, tokens: int) -> int:
+        """How many tokens leave when ``tokens`` enter (at most, where the count depends on the image)."""
+        raise NotImplementedError
+
+    def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
+        """Multiply-adds per image the operation spends scoring ``tokens`` tokens (matrix products, as
+        ``FlopCounterMode`` counts them) in a block of ``heads`` heads of query/key width ``head_dim``."""
+        raise NotImplementedError
+
+    def settings(self) -> dict[str, object]:
+        """What the operation does, as its edit records it (a report's summary of the block)."""
+        raise NotImplementedError
+
+
 def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
-                      key_mask: torch.Tensor | None = None) -> torch.Tensor:
+                      key_bias: torch.Tensor | None = None) -> torch.Tensor:
     """The first query's attention probabilities over all keys, ``(B, H, N)``, from ``(B, H, N, d)`` queries and keys.
 
-    One query against the keys, so the full ``N x N`` map is never materialised; keys where
-    ``key_mask`` ``(B, N)`` is ``False`` get probability 0.
+    One query against the keys, so the full ``N x N`` map is never materialised; ``key_bias`` ``(B, 1, 1, N)``
+    (:meth:`TokenState.key_bias`) adds to its logits.
     """
     # A matmul, not an elementwise product and sum (up to 3x faster on CPU, but under 1% of a DeiT forward): the
     # MAC counter and FlopCounterMode then both see these multiply-adds, and the consistency check holds.
     logits = (q[:, :, :1] * scale) @ k.transpose(-2, -1)
-    if key_mask is not None:
-        logits = logits.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    if key_bias is not None:
+        logits = logits + key_bias
     return logits.softmax(dim=-1)[:, :, 0]
+
+
+def attention_signal(reads: str, q: torch.Tensor, k: torch.Tensor, scale: float,
+                     key_bias: torch.Tensor | None) -> torch.Tensor:
+    """What a :class:`TokenOp` that ``reads`` this gets of an attention's normed queries and keys ``(B, H, N, d)``."""
+    if reads == "keys":
+        return k
+    return cls_attention_row(q, k, scale, key_bias)
 
 
 def keep_tokens(x: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
@@ -54,8 +124,8 @@ def fused_log_scores(intra: torch.Tensor, inter: torch.Tensor | None, alpha: flo
     return fused
 
 
-class TokenSelection(nn.Module):
-    """The part of a token-pruning block that keeps the prefix tokens and the top-scoring patch tokens.
+class TokenSelection(TokenOp):
+    """STAR's operation: keep the prefix tokens and the top-scoring patch tokens.
 
     After ``x + attention`` the patch tokens are scored by the fusion of the head-averaged [CLS]
     attention (``intra``, online) and the per-position prior ``inter`` (a buffer indexed by each
@@ -66,13 +136,11 @@ class TokenSelection(nn.Module):
     fixed by the input size, so the model exports and compiles. Adaptive (a-STAR): each image
     keeps the fewest top tokens whose share of the normalised fused score reaches ``keep_rate``,
     never more than STAR would. A batch then holds as many slots as its largest count; the
-    other images' extra slots are padding that no token attends to (``valid`` is ``False``), so
+    other images' extra slots are padding that no token attends to (the state's ``valid``), so
     each image's output equals its output in a batch of one. Kept tokens stay in original order.
-
-    A subclass's ``forward(x, positions, valid)`` returns ``(tokens, positions, valid)``: ``positions``
-    ``(B, n)`` are the patch tokens' original indices; ``valid`` ``(B, n)`` marks the real ones where
-    an adaptive block left padding (``None``: all real).
     """
+
+    reads = "cls_row"
 
     def __init__(self, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0, alpha: float = 1.0,
                  adaptive: bool = False) -> None:
@@ -94,6 +162,17 @@ class TokenSelection(nn.Module):
         # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.
         return max(1, math.ceil(round(self.keep_rate * patches, 9)))
 
+    def leaving(self, tokens: int) -> int:
+        return self.num_prefix_tokens + min(tokens - self.num_prefix_tokens,
+                                            self.keep_count(tokens - self.num_prefix_tokens))
+
+    def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
+        # The [CLS] row: one query against every key, in every head.
+        return tokens * heads * head_dim
+
+    def settings(self) -> dict[str, object]:
+        return {"keep_rate": self.keep_rate, "alpha": self.alpha, "adaptive": self.adaptive}
+
     def scores(self, cls_row: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Fused log-scores ``(B, patches)`` from the [CLS] row ``(B, H, N)`` and the tokens' original positions."""
         intra = cls_row[:, :, self.num_prefix_tokens:].mean(dim=1).detach()
@@ -108,24 +187,21 @@ class TokenSelection(nn.Module):
         counts = torch.where(reached.any(dim=1), reached.float().argmax(dim=1) + 1, valid.sum(dim=1))
         return counts.clamp(min=1)
 
-    def key_mask(self, x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor | None:
-        """Which of the tokens ``x`` may be attended to, ``(B, N)`` (``None``: all)."""
-        return None if valid is None else torch.cat([valid.new_ones(x.shape[0], self.num_prefix_tokens), valid], 1)
-
-    def select(self, x: torch.Tensor, positions: torch.Tensor | None, valid: torch.Tensor | None,
-               cls_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The tokens this block keeps of ``x`` (after its attention) by the [CLS] row ``(B, H, N)``, with their
-        original positions and, where slots are padding, which are real."""
+    def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
+        """The tokens this block keeps of ``x`` (after its attention) by the [CLS] row ``signal`` ``(B, H, N)``, with
+        their original positions and, where slots are padding, which are real."""
         prefix, patches = self.num_prefix_tokens, x.shape[1] - self.num_prefix_tokens
+        positions, valid = state.positions, state.valid
         if positions is None:
             positions = torch.arange(patches, device=x.device).expand(x.shape[0], patches)
         if not self.adaptive and valid is None:
             keep = self.keep_count(patches)
             if keep < patches:
-                chosen = self.scores(cls_row, positions).topk(keep, dim=1).indices.sort(dim=1).values
+                chosen = self.scores(signal, positions).topk(keep, dim=1).indices.sort(dim=1).values
                 x, positions = keep_tokens(x, positions, chosen, prefix)
-            return x, positions, valid
-        return self._keep_ragged(x, positions, valid, self.scores(cls_row, positions))
+            return x, state._replace(positions=positions)
+        x, positions, valid = self._keep_ragged(x, positions, valid, self.scores(signal, positions))
+        return x, state._replace(positions=positions, valid=valid)
 
     def _keep_ragged(self, x: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor | None,
                      scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,27 +221,106 @@ class TokenSelection(nn.Module):
         return x, positions, kept
 
 
+class TokenMerging(TokenOp):
+    """ToMe's operation (Bolya et al., 2023): merge the ``r`` most similar pairs of tokens by bipartite soft matching.
+
+    The tokens alternate between sets A (positions 0, 2, ...) and B (1, 3, ...) over the whole sequence; each A token
+    points to the B token whose head-averaged key is most similar (cosine), and the ``r`` A tokens with the most
+    similar partners merge into them as size-weighted means, sizes summed. Prefix tokens neither merge nor receive;
+    they leave first, in order, then the A tokens that stay (in order), then the B tokens. ``r`` is capped at half
+    the non-prefix tokens. Ties go to the earlier token, so the merge does not depend on the device.
+    """
+
+    reads = "keys"
+    keeps_positions = False
+
+    def __init__(self, *, num_prefix_tokens: int, r: int, proportional: bool = True) -> None:
+        super().__init__()
+        self.num_prefix_tokens, self.r, self.proportional = num_prefix_tokens, r, proportional
+
+    def merged(self, tokens: int) -> int:
+        """Pairs merged when ``tokens`` enter: ``r``, at most half the non-prefix tokens."""
+        return max(0, min(self.r, (tokens - self.num_prefix_tokens) // 2))
+
+    def leaving(self, tokens: int) -> int:
+        return tokens - self.merged(tokens)
+
+    def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
+        # The similarity of every A token to every B token, on head-averaged keys; none where nothing merges.
+        return math.ceil(tokens / 2) * (tokens // 2) * head_dim if self.merged(tokens) else 0
+
+    def settings(self) -> dict[str, object]:
+        return {"r": self.r, "proportional": self.proportional}
+
+    def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
+        if state.valid is not None:
+            raise VitpruneError("token merging cannot follow adaptive token pruning's padded slots")
+        b, n, c = x.shape
+        r, prefix = self.merged(n), self.num_prefix_tokens
+        size = state.size if state.size is not None else x.new_ones(b, n)
+        if r == 0:
+            return x, state._replace(size=size, proportional=self.proportional)
+        with torch.no_grad():
+            metric = F.normalize(signal.mean(dim=1), dim=-1)
+            a, bb = torch.arange(0, n, 2, device=x.device), torch.arange(1, n, 2, device=x.device)
+            similarity = metric[:, a] @ metric[:, bb].transpose(-2, -1)
+            # Prefix tokens in A merge into nothing; those in B take nothing.
+            similarity = similarity.masked_fill((a < prefix)[None, :, None] | (bb < prefix)[None, None, :],
+                                                float("-inf"))
+            best, partner = similarity.max(dim=-1)
+            # Each A token's place among them, most similar first, ties to the earlier token: a rank without ties,
+            # so that the order does not rest on a stable sort (which ONNX has not).
+            earlier = torch.ones(len(a), len(a), dtype=torch.bool, device=x.device).tril(-1)
+            ahead = (best[:, None, :] > best[:, :, None]) | ((best[:, None, :] == best[:, :, None]) & earlier)
+            order = ahead.sum(dim=-1).argsort(dim=-1)
+            src, stay = order[:, :r], order[:, r:].sort(dim=-1).values
+            dst = partner.gather(1, src)
+        weighted = torch.cat([x * size[..., None], size[..., None]], dim=-1)
+        a_part, b_part = weighted[:, a], weighted[:, bb]
+        moved = a_part.gather(1, src[..., None].expand(-1, -1, c + 1))
+        b_part = b_part.scatter_add(1, dst[..., None].expand(-1, -1, c + 1), moved)
+        a_part = a_part.gather(1, stay[..., None].expand(-1, -1, c + 1))
+        # Prefix tokens first, in their order: the even ones lead A's staying tokens, the odd ones B.
+        leading = [(a_part if i % 2 == 0 else b_part)[:, i // 2:i // 2 + 1] for i in range(prefix)]
+        out = torch.cat([*leading, a_part[:, math.ceil(prefix / 2):], b_part[:, prefix // 2:]], dim=1)
+        size = out[..., c]
+        return out[..., :c] / size[..., None], state._replace(size=size, proportional=self.proportional)
+
+
+class TokenHost(nn.Module):
+    """A family's block that runs a :class:`TokenOp` (its ``tokens`` submodule) between its attention and its MLP;
+    ``forward(x, state)`` returns ``(tokens, state)``. Models saved before the operation became a submodule held
+    STAR's prior as the block's own ``inter``: it loads into ``tokens.inter``."""
+
+    tokens: TokenOp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._register_load_state_dict_pre_hook(_legacy_prior)
+
+
+def _legacy_prior(state_dict: dict, prefix: str, *args) -> None:
+    if prefix + "inter" in state_dict:
+        state_dict[prefix + "tokens.inter"] = state_dict.pop(prefix + "inter")
+
+
 def run_token_blocks(blocks: Iterable[nn.Module], x: torch.Tensor,
                      run: Callable[[nn.Module, torch.Tensor, torch.Tensor | None], torch.Tensor],
-                     visit: Callable[[int, torch.Tensor, torch.Tensor | None, torch.Tensor | None], None] | None = None
-                     ) -> torch.Tensor:
-    """Run a block sequence in which some blocks prune tokens (:class:`TokenSelection`).
+                     visit: Callable[[int, torch.Tensor, TokenState], None] | None = None) -> torch.Tensor:
+    """Run a block sequence in which some blocks reduce tokens (:class:`TokenHost`).
 
-    Each other block runs as ``run(block, x, mask)``, ``mask`` ``(B, N)`` being ``True`` at the tokens
-    that may be attended to (``None`` until an adaptive block leaves padding). ``visit(index, x, positions, valid)``
-    sees each block's output with its patch tokens' original positions and real slots (``None``: all, in order).
+    Each other block runs as ``run(block, x, bias)``, ``bias`` ``(B, 1, 1, N)`` adding to its attention logits
+    (:meth:`TokenState.key_bias`; ``None`` until an operation leaves padding or merged tokens). ``visit(index, x,
+    state)`` sees each block's output with the state that goes with it.
     """
-    positions = valid = None
+    state = TokenState()
     for index, block in enumerate(blocks):
-        if isinstance(block, TokenSelection):
-            x, positions, valid = block(x, positions, valid)
-        elif valid is None:
-            x = run(block, x, None)
+        if isinstance(block, TokenHost):
+            x, state = block(x, state)
         else:
-            prefix = x.new_ones(x.shape[0], x.shape[1] - valid.shape[1], dtype=torch.bool)
-            x = run(block, x, torch.cat([prefix, valid], dim=1))
+            x = run(block, x, state.key_bias(x))
         if visit is not None:
-            visit(index, x, positions, valid)
+            visit(index, x, state)
     return x
 
 
@@ -188,20 +343,25 @@ def _filled_patches(blocks: Sequence[nn.Module], x: torch.Tensor,
                     take: Iterable[int], num_prefix_tokens: int) -> list[torch.Tensor]:
     """The patch tokens ``(B, patches, C)`` after each block in ``take``, pruned positions filled as
     :func:`token_feature_maps` says."""
+    merging = [index for index, block in enumerate(blocks)
+               if isinstance(block, TokenHost) and not block.tokens.keeps_positions]
+    if merging:
+        raise VitpruneError(f"blocks {merging} merge tokens, which then stand for no one patch position: a feature "
+                            "map needs a model without token merging")
     take = set(take)
     maps: list[torch.Tensor] = []
     grid = x[:, num_prefix_tokens:]
 
-    def visit(index: int, x: torch.Tensor, positions: torch.Tensor | None, valid: torch.Tensor | None) -> None:
+    def visit(index: int, x: torch.Tensor, state: TokenState) -> None:
         nonlocal grid
         patches = x[:, num_prefix_tokens:]
-        if positions is None:
+        if state.positions is None:
             grid = patches
         else:
             grid = grid.clone()
-            real = torch.ones_like(positions, dtype=torch.bool) if valid is None else valid
-            rows = torch.arange(len(x), device=x.device)[:, None].expand_as(positions)
-            grid[rows[real], positions[real]] = patches[real]
+            real = torch.ones_like(state.positions, dtype=torch.bool) if state.valid is None else state.valid
+            rows = torch.arange(len(x), device=x.device)[:, None].expand_as(state.positions)
+            grid[rows[real], state.positions[real]] = patches[real]
         if index in take:
             maps.append(grid)
 

@@ -30,6 +30,8 @@ from vitprune.runs.steps import parse_chain
 CHAINS: dict[str, tuple[tuple[str, ...], str]] = {
     "hetdpt+": (("hetdpt", "width"), "HetDPT+ (HetDPT, then width pruning)"),
     "hetdpt+star": (("hetdpt", "star"), "HetDPT, then STAR"),
+    # HetDPT's orthogonality claim (its App. B, Fig. 8): depth pruning, then token merging.
+    "hetdpt+tome": (("hetdpt", "tome"), "HetDPT, then ToMe"),
 }
 
 #: An arm's status before it runs.

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitprune.adapters import ViTAdapter, get_adapter
+from vitprune.adapters import BlockView, ViTAdapter, get_adapter
 from vitprune.errors import VitpruneError
 from vitprune.measure.config import CONVENTIONS, format_count
 
@@ -230,25 +230,28 @@ def _trace(model: nn.Module, adapter: ViTAdapter, x: torch.Tensor) -> tuple[list
             block.tokens = adapter.block_tokens(_first_tensor(args, kwargs))
         return hook
 
-    # On the projections' input, not the attention module's: a token-pruning block runs the attention
-    # through its submodules (to read the [CLS] row too), but every path projects the tokens that attend.
+    # On the projections' input, not the attention module's: a token-reducing block runs the attention
+    # through its submodules (to read the [CLS] row or the keys too), but every path projects the tokens that attend.
     # QK^T costs N^2 per query/key dimension, A.V N^2 per value dimension (heads may differ in value
-    # width after HiAP); a token-pruning block also scores with its [CLS] row: one query against N keys.
+    # width after HiAP); a block's token operation adds what it scores with (STAR's [CLS] row, ToMe's matching).
     # Window attention (Swin) projects (windows·B, N, C): N tokens per window, attending within it.
-    def attn_hook(block: BlockMacs, qk_width: int, v_width: int, cls_row: bool):
+    def attn_hook(block: BlockMacs, view: BlockView):
+        attn, op = view.attn, view.token_op
+        qk_width, v_width = attn.num_heads * attn.head_dim, attn.attn_dim
+
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
             x = _first_tensor(args, kwargs)
             tokens = x.shape[1]
-            block.attn_matmul += tokens * (tokens * (qk_width + v_width) + cls_row * qk_width) * x.shape[0]
+            scoring = 0 if op is None else op.scoring_macs(tokens, attn.num_heads, attn.head_dim)
+            block.attn_matmul += (tokens * tokens * (qk_width + v_width) + scoring) * x.shape[0]
         return hook
 
     handles = [m.register_forward_hook(layer_hook) for m in targets]
     for block, view in zip(blocks, views, strict=True):
         handles.append(view.module.register_forward_pre_hook(block_hook(block), with_kwargs=True))
         if view.attn is not None:
-            handles.append(view.attn.qkv.linears[0].register_forward_pre_hook(
-                attn_hook(block, view.attn.num_heads * view.attn.head_dim, view.attn.attn_dim,
-                          view.token_keep_rate is not None), with_kwargs=True))
+            handles.append(view.attn.qkv.linears[0].register_forward_pre_hook(attn_hook(block, view),
+                                                                               with_kwargs=True))
     param, batch_size = next(model.parameters()), x.shape[0]
     was_training = model.training
     try:
@@ -288,9 +291,9 @@ def _tp_count(model: nn.Module, x: torch.Tensor) -> tuple[int, dict[nn.Module, i
         from torch_pruning.utils import count_ops_and_params
     except ImportError:
         raise VitpruneError("the tp convention counts with torch-pruning: pip install 'vitprune[width]'") from None
-    pruning = [v.index for v in get_adapter(model).blocks() if v.token_keep_rate is not None]
-    if pruning:
-        raise VitpruneError(f"torch-pruning cannot count token-pruning blocks (here {pruning}): it would count none "
+    reducing = [v.index for v in get_adapter(model).blocks() if v.token_op is not None]
+    if reducing:
+        raise VitpruneError(f"torch-pruning cannot count token-reducing blocks (here {reducing}): it would count none "
                             "of their attention, whose module they run part by part; use the full or linear convention")
     param = next(model.parameters())
     macs, _, per_module, _ = count_ops_and_params(model, x.to(device=param.device, dtype=param.dtype),

@@ -99,13 +99,13 @@ def test_hand_set_schedules_match_table2_within_2_percent(blocks, rate, printed)
 
 
 def test_apply_keep_rates_installs_the_prior_in_pruning_blocks_only():
-    from vitprune.surgery import token_pruning_blocks
+    from vitprune.surgery import token_ops
 
     model = _model()
     prior = torch.rand(12, 196, generator=torch.Generator().manual_seed(0))
     rates = [1.0, 1.0, 0.9] + [0.7] * 9
     apply_keep_rates(model, rates, alpha=0.15, prior=prior)
-    blocks = token_pruning_blocks(model)
+    blocks = token_ops(model)
     assert sorted(blocks) == list(range(2, 12))
     assert all(torch.equal(b.inter, prior[i]) and b.alpha == 0.15 and b.keep_rate == rates[i]
                for i, b in blocks.items())
@@ -116,12 +116,12 @@ def test_apply_keep_rates_installs_the_prior_in_pruning_blocks_only():
 
 
 def test_apply_keep_rates_skips_blocks_whose_attention_depth_pruning_removed():
-    from vitprune.surgery import prune_depth, token_pruning_blocks
+    from vitprune.surgery import prune_depth, token_ops
 
     model = _model()
     prune_depth(model, attention=[3, 7])
     with pytest.raises(ValueError, match=r"blocks\.3 has no attention head left"):
         prune_tokens(copy.deepcopy(model), 3, 0.8)
     apply_keep_rates(model, [0.8] * 12, alpha=1.0)
-    assert sorted(token_pruning_blocks(model)) == [i for i in range(12) if i not in (3, 7)]
+    assert sorted(token_ops(model)) == [i for i in range(12) if i not in (3, 7)]
     assert [b.tokens for b in count_macs(model).blocks][3:5] == [1 + 101, 1 + 101]  # 196 -> 157 -> 126 -> 101

@@ -21,7 +21,7 @@ from vitprune.methods.star.pipeline import (
     ACS_FILE, INTER_FILE, MODEL_DIR, REPORT_FILE, SCHEDULE_FILE, STARConfig, run_star,
 )
 from vitprune.runs import MethodData
-from vitprune.surgery import token_pruning_blocks
+from vitprune.surgery import token_ops
 from vitprune.training import TrainConfig, evaluate
 
 
@@ -44,7 +44,7 @@ def test_static_run_is_the_schedule_it_reports(setting, tmp_path):
         assert (tmp_path / name).is_file()
     assert report.keep_rates == keep_rates(report.acs, 0.5, anchor="minmax")
     loaded = vitprune.load(tmp_path / MODEL_DIR)
-    blocks = token_pruning_blocks(loaded)
+    blocks = token_ops(loaded)
     assert {i: b.keep_rate for i, b in blocks.items()} == {i: r for i, r in enumerate(report.keep_rates) if r < 1}
     assert all(b.alpha == 0.3 and not torch.equal(b.inter, torch.ones_like(b.inter)) for b in blocks.values())
     loader = build_loader(val, config.calibration_batch, shuffle=False, seed=0)
@@ -102,7 +102,7 @@ def test_hand_set_rates_need_no_acs(setting, tmp_path):
                       quick_context(tmp_path))
     assert report.keep_rates == rates and report.acs is None and report.rho is None
     assert not (tmp_path / ACS_FILE).exists()
-    assert {i: b.keep_rate for i, b in token_pruning_blocks(vitprune.load(tmp_path / MODEL_DIR)).items()} == {
+    assert {i: b.keep_rate for i, b in token_ops(vitprune.load(tmp_path / MODEL_DIR)).items()} == {
         1: 0.5, 3: 0.8}
     with pytest.raises(VitpruneError, match="3 keep rates for a model of 4 blocks"):
         run_star(model, MethodData(train, val), replace(config, rho=None, rates=rates[:3]),

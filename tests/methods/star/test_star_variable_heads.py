@@ -15,7 +15,7 @@ from vitprune.errors import UnsupportedArchitectureError
 from vitprune.methods.hiap.extract import extract
 from vitprune.methods.star import apply_keep_rates, average_cosine_similarity, inter_layer_scores
 from vitprune.methods.star.lrp import attention_relevance, traced_forward
-from vitprune.surgery import prune_attention_dims, prune_depth, token_pruning_blocks
+from vitprune.surgery import prune_attention_dims, prune_depth, token_ops
 
 
 def _with_biases(model, seed=0):
@@ -112,7 +112,7 @@ def test_the_prior_follows_depth_pruned_blocks(identity):
 def test_lrp_rejects_blocks_it_cannot_follow():
     model = _hiap_digits()
     prune_depth(model, attention=[4], activation=[4], output_gelu=True)
-    with pytest.raises(UnsupportedArchitectureError, match="needs pre-norm blocks without gates, token pruning or "
+    with pytest.raises(UnsupportedArchitectureError, match="needs pre-norm blocks without gates, token reduction or "
                                                            "an output activation; blocks.4 is DepthBlock"):
         inter_layer_scores(model, [(_images(model), None)])
     headless = vitprune.track(build("deit_tiny_patch16_224", {"depth": 1}), "deit_tiny_patch16_224", depth=1)
@@ -146,11 +146,11 @@ def test_hiap_then_star_skips_the_headless_block_and_stays_consistent(adaptive, 
     prior = inter_layer_scores(model, [(x, torch.zeros(4, dtype=torch.long))], classes=2).float()
     rates = [1.0, 0.9, 0.7, 0.8, 1.0, 0.9, 0.6, 1.0, 0.8, 1.0, 0.9, 1.0]
     apply_keep_rates(model, rates, alpha=0.5, prior=prior, adaptive=adaptive)
-    blocks = token_pruning_blocks(model)
+    blocks = token_ops(model)
     # Block 2 has no head left: it keeps its tokens although its rate is below 1.
     assert sorted(blocks) == [i for i, r in enumerate(rates) if r < 1 and i != 2]
     assert all(torch.equal(b.inter, prior[i]) and b.adaptive == adaptive for i, b in blocks.items())
-    assert type(blocks[6].attn).__name__ == "VariableHeadAttention"  # and a block without FFN neurons prunes
+    assert type(model.blocks[6].attn).__name__ == "VariableHeadAttention"  # and a block without FFN neurons prunes
     report = check_consistency(model, directory=tmp_path)
     assert report.ok, report.to_dict()
     assert report.macs_padding > 0

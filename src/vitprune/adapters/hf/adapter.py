@@ -18,16 +18,15 @@ from torch import nn
 
 from vitprune.adapters.base import (
     QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, DenseFeatures, EmbedWidth, FFNWidth, Gates,
-    HeadWidth, LRPRelevance, MlpView, OutputActivation, TokenPruning, ValueWidth, ViTAdapter,
+    HeadWidth, LRPRelevance, MlpView, OutputActivation, TokenReduction, ValueWidth, ViTAdapter,
 )
 from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
 from vitprune.adapters.hf.hub import write_pretrained
 from vitprune.adapters.hf.modules import (
-    ATTENTIONS, LAYERS, MLPS, HFBlock, HFImageClassifier, HFTokenPruneBlock, HFVariableHeadAttention, run_layer,
+    ATTENTIONS, LAYERS, MLPS, HFBlock, HFImageClassifier, HFTokenBlock, HFVariableHeadAttention, run_layer,
 )
 from vitprune.adapters.tokens import token_feature_maps
-from vitprune.errors import VitpruneError
 from vitprune.layers import GatedLayer
 from vitprune.linear import slice_linear
 
@@ -38,7 +37,7 @@ MIN_TRANSFORMERS = "5.24"
 
 
 def _check_layer(path: str, layer: nn.Module) -> None:
-    if type(layer).__name__ not in LAYERS and not isinstance(layer, (HFBlock, HFTokenPruneBlock)):
+    if type(layer).__name__ not in LAYERS and not isinstance(layer, (HFBlock, HFTokenBlock)):
         raise reject(path, layer, f"only transformers' {' and '.join(LAYERS)} are supported")
     attn, _ = unwrap(layer.attention)
     if attn is not None and not _is_attention(attn):
@@ -56,7 +55,7 @@ def _is_attention(module: nn.Module) -> bool:
 
 
 class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth, HeadWidth, ValueWidth,
-                   EmbedWidth, TokenPruning, LRPRelevance, Gates, DenseFeatures):
+                   EmbedWidth, TokenReduction, LRPRelevance, Gates, DenseFeatures):
     """transformers' ``ViTForImageClassification``, ``DeiTForImageClassification`` and
     ``DeiTForImageClassificationWithTeacher``, wrapped in :class:`HFImageClassifier`.
 
@@ -121,7 +120,7 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
             mlp=MlpView(module=mlp, fc1=mlp.fc1, act=act, fc2=mlp.fc2 if isinstance(mlp.fc2, nn.Linear) else None,
                         gate=act_gate),
             ls2=nn.Identity(), drop_path2=layer.dropout, act=layer.act if isinstance(layer, HFBlock) else nn.Identity(),
-            token_keep_rate=layer.keep_rate if isinstance(layer, HFTokenPruneBlock) else None)
+            token_op=layer.tokens if isinstance(layer, HFTokenBlock) else None)
 
     @property
     def embed_dim(self) -> int:
@@ -205,7 +204,7 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
     def _block(self, index: int) -> HFBlock:
         """Layer ``index`` as an :class:`HFBlock`, converting transformers' layer in place."""
         layer = self._layers[index]
-        if isinstance(layer, HFTokenPruneBlock):
+        if isinstance(layer, HFTokenBlock):
             raise ValueError(f"{self._prefix}.layers.{index} prunes tokens; depth surgery on such a layer is not "
                              "supported")
         if not isinstance(layer, HFBlock):
@@ -306,27 +305,19 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
     def save_native(self, directory: str | os.PathLike, *, atol: float = 1e-4) -> float:
         return write_pretrained(self, directory, atol=atol)
 
-    def set_token_pruning(self, index: int, keep_rate: float, alpha: float, adaptive: bool = False) -> None:
+    def set_token_op(self, index: int, op: nn.Module) -> None:
         layer = self._layers[index]
-        if isinstance(layer, HFTokenPruneBlock):
-            layer.keep_rate, layer.alpha, layer.adaptive = keep_rate, alpha, adaptive
+        if isinstance(layer, HFTokenBlock):
+            layer.tokens = op
             return
         attn, gate = unwrap(layer.attention)
         if attn is None or attn.num_attention_heads == 0:
-            raise ValueError(f"{self._prefix}.layers.{index} has no attention head left, so no [CLS] attention to "
-                             "rank its patch tokens by: it cannot prune tokens")
+            raise ValueError(f"{self._prefix}.layers.{index} has no attention head left, so no [CLS] attention or "
+                             "keys to reduce its tokens by")
         if gate is not None or (isinstance(layer, HFBlock) and not isinstance(layer.act, nn.Identity)):
-            raise ValueError(f"{self._prefix}.layers.{index}: token pruning needs an ungated attention and no output "
-                             "activation")
-        self._replace_layer(index, HFTokenPruneBlock(layer, num_prefix_tokens=self.num_prefix_tokens,
-                                                     num_patches=self.num_patches, keep_rate=keep_rate, alpha=alpha,
-                                                     adaptive=adaptive))
-
-    def set_token_prior(self, index: int, prior: torch.Tensor) -> None:
-        layer = self._layers[index]
-        if not isinstance(layer, HFTokenPruneBlock):
-            raise VitpruneError(f"block {index} does not prune tokens; apply prune_tokens first")
-        layer.set_prior(prior, index)
+            raise ValueError(f"{self._prefix}.layers.{index}: token reduction needs an ungated attention and no "
+                             "output activation")
+        self._replace_layer(index, HFTokenBlock(layer, op))
 
     def intermediates(self, images: torch.Tensor, indices: int | Sequence[int] | None = None,
                       norm: bool = False) -> list[torch.Tensor]:

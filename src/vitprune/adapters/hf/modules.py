@@ -1,6 +1,6 @@
 """The modules a Hugging Face ``transformers`` ViT or DeiT classifier is edited into: the wrapper that makes it return
 logits (:class:`HFImageClassifier`) and the layers vitprune puts in place of transformers' own where an edit needs a
-form transformers has not (a layer without attention, heads of uneven value widths, token pruning).
+form transformers has not (a layer without attention, heads of uneven value widths, token reduction).
 
 transformers is imported only where a model is loaded or built (:mod:`vitprune.adapters.hf.hub`); classes are
 recognised by name.
@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from vitprune.adapters.heads import merge_heads, split_heads
-from vitprune.adapters.tokens import TokenSelection, cls_attention_row, run_token_blocks
+from vitprune.adapters.heads import attend, merge_heads, split_heads
+from vitprune.adapters.tokens import TokenHost, TokenOp, TokenState, attention_signal, run_token_blocks
 from vitprune.errors import UnsupportedArchitectureError, VitpruneError
 
 #: The transformers classifiers vitprune supports, by class name.
@@ -61,13 +60,14 @@ class HFImageClassifier(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         base = self.hf.base_model
-        if not any(isinstance(layer, HFTokenPruneBlock) for layer in base.layers):
+        if not any(isinstance(layer, HFTokenBlock) for layer in base.layers):
             out = self.hf(pixel_values=images)
             if self.distillation_split and self.training:
                 return out.cls_logits, out.distillation_logits
             return out.logits
-        # transformers' encoder loop hands one tensor from layer to layer; token pruning also hands on each kept
-        # token's original position, so the wrapper runs the layers itself, then the classifier as transformers does.
+        # transformers' encoder loop hands one tensor from layer to layer; token reduction also hands on what its
+        # operations left (positions, sizes), so the wrapper runs the layers itself, then the classifier as
+        # transformers does.
         x = run_token_blocks(base.layers, base.embeddings(images), run_layer)
         x = base.layernorm(x)
         if not self.has_distillation_head:
@@ -78,13 +78,10 @@ class HFImageClassifier(nn.Module):
         return (cls_logits + dist_logits) / 2
 
 
-def run_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """A layer on tokens where ``mask`` ``(B, N)`` is ``False`` at padding no token may attend to."""
-    if mask is None:
-        return layer(x)
-    # Additive, so that transformers' eager and fused attention read it alike.
-    additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, float("-inf"))
-    return layer(x, additive[:, None, None, :])
+def run_layer(layer: nn.Module, x: torch.Tensor, key_bias: torch.Tensor | None) -> torch.Tensor:
+    """A layer on tokens whose attention logits take ``key_bias`` ``(B, 1, 1, N)`` (padding, token sizes): additive,
+    so that transformers' eager and fused attention read it alike."""
+    return layer(x) if key_bias is None else layer(x, key_bias)
 
 
 class HFBlock(nn.Module):
@@ -158,38 +155,36 @@ def _heads(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 def _attend(attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, values: list[int],
             mask: torch.Tensor | None) -> torch.Tensor:
     """All heads in one fused kernel, cut back to their value widths, then ``o_proj``."""
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                         dropout_p=attn.attention_dropout if attn.training else 0.0)
+    out = attend(q, k, v, scale=attn.scaling, bias=mask, dropout=attn.attention_dropout if attn.training else 0.0)
     return attn.o_proj(merge_heads(out, values))
 
 
-def attention_with_cls_row(attn: nn.Module, x: torch.Tensor,
-                           key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' attention's output, and the first ([CLS]) token's attention probabilities over all tokens
-    ``(B, H, N)``; ``key_mask`` ``(B, N)`` is ``False`` at padding."""
+def attention_with_signal(attn: nn.Module, x: torch.Tensor, reads: str,
+                          key_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' attention's output and what a token operation ``reads`` of it
+    (:func:`~vitprune.adapters.tokens.attention_signal`: the [CLS] row or the keys); ``key_bias`` ``(B, 1, 1, N)``
+    adds to the logits."""
     if attn.num_attention_heads == 0:
-        raise ValueError("an attention without heads has no [CLS] attention row")
+        raise ValueError("an attention without heads has no [CLS] attention row or keys")
     q, k, v, values = _heads(attn, x)
-    mask = None if key_mask is None else key_mask[:, None, None, :]
-    return _attend(attn, q, k, v, values, mask), cls_attention_row(q, k, attn.scaling, key_mask)
+    return _attend(attn, q, k, v, values, key_bias), attention_signal(reads, q, k, attn.scaling, key_bias)
 
 
-class HFTokenPruneBlock(TokenSelection):
-    """A transformers ViT or DeiT layer that keeps the prefix tokens and the top-scoring patch tokens before its MLP
-    (:class:`~vitprune.adapters.tokens.TokenSelection` says which). Submodule names are the layer's."""
+class HFTokenBlock(TokenHost):
+    """A transformers ViT or DeiT layer that runs a token operation (its ``tokens``) between its attention and its
+    MLP. The other submodule names are the layer's."""
 
-    def __init__(self, layer: nn.Module, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0,
-                 alpha: float = 1.0, adaptive: bool = False) -> None:
-        super().__init__(num_prefix_tokens=num_prefix_tokens, num_patches=num_patches, keep_rate=keep_rate,
-                         alpha=alpha, adaptive=adaptive)
+    def __init__(self, layer: nn.Module, op: TokenOp) -> None:
+        super().__init__()
         self.layernorm_before, self.attention = layer.layernorm_before, layer.attention
         self.layernorm_after, self.mlp, self.dropout = layer.layernorm_after, layer.mlp, layer.dropout
+        self.tokens = op
         self.train(layer.training)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
-                valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        out, cls_row = attention_with_cls_row(self.attention, self.layernorm_before(x), self.key_mask(x, valid))
+    def forward(self, x: torch.Tensor, state: TokenState) -> tuple[torch.Tensor, TokenState]:
+        out, signal = attention_with_signal(self.attention, self.layernorm_before(x), self.tokens.reads,
+                                            state.key_bias(x))
         x = x + self.dropout(out)
-        x, positions, valid = self.select(x, positions, valid, cls_row)
+        x, state = self.tokens(x, state, signal)
         x = x + self.dropout(self.mlp(self.layernorm_after(x)))
-        return x, positions, valid
+        return x, state

@@ -40,9 +40,9 @@ def layer_shapes(model: nn.Module) -> list[LayerShape]:
     for view in adapter.blocks():
         attn = view.attn
         if (has_attention and (attn is None or attn.value_dims is not None)) or view.mlp.merged \
-                or view.token_keep_rate is not None:
+                or view.token_op is not None:
             raise UnsupportedArchitectureError(f"HiAP gates {view.name}'s heads and neurons; it needs the block's "
-                                               "uniform attention and unmerged MLP, and no token pruning")
+                                               "uniform attention and unmerged MLP, and no token reduction")
         shapes.append(LayerShape(tokens=tokens[view.index], dim=view.mlp.fc1.in_features,
                                  heads=attn.num_heads if attn else 0, head_dim=attn.head_dim if attn else 0,
                                  hidden=view.mlp.hidden_features, context=attn.context if attn else None,

@@ -71,8 +71,8 @@ class STARConfig(JsonRecord):
 
     @property
     def requires(self) -> tuple[str, ...]:
-        """What STAR needs of a model's family: token pruning, and LRP where the prior has a weight."""
-        return ("token_pruning", *(["lrp"] if self.alpha < 1 else []))
+        """What STAR needs of a model's family: token reduction, and LRP where the prior has a weight."""
+        return ("token_reduction", *(["lrp"] if self.alpha < 1 else []))
 
     def __post_init__(self) -> None:
         self.target_macs = MacTarget.coerce(self.target_macs)

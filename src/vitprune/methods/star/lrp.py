@@ -109,9 +109,9 @@ def check_lrp(model: nn.Module) -> None:
     views = adapter.blocks()
     for view in views:
         # The relevance rules follow the pre-norm block the views describe, with nothing wrapped around it.
-        if view.token_keep_rate is not None or not isinstance(view.act, nn.Identity) \
+        if view.token_op is not None or not isinstance(view.act, nn.Identity) \
                 or (view.attn is not None and view.attn.gate is not None):
-            raise UnsupportedArchitectureError(f"LRP importance needs pre-norm blocks without gates, token pruning "
+            raise UnsupportedArchitectureError(f"LRP importance needs pre-norm blocks without gates, token reduction "
                                                f"or an output activation; {view.name} is "
                                                f"{type(view.module).__name__}")
         if view.mlp.gate is not None:

@@ -121,7 +121,7 @@ def run_star(model: nn.Module, data: MethodData, config: STARConfig, ctx: RunCon
     pruned = copy.deepcopy(model)
     apply_keep_rates(pruned, rates, alpha=config.alpha, prior=prior, adaptive=config.adaptive)
     # What the blocks do: those without an attention head keep every token whatever the schedule gave them.
-    rates = [view.token_keep_rate or 1.0 for view in get_adapter(pruned).blocks()]
+    rates = [view.token_op.keep_rate if view.token_op is not None else 1.0 for view in get_adapter(pruned).blocks()]
     on_main(lambda: write_json(run_dir / SCHEDULE_FILE, {
         "rho": rho, "anchor": config.anchor, "keep_rates": rates, "target_macs": json_ready(config.target_macs),
         "hand_set": config.rates is not None}))

@@ -62,8 +62,8 @@ def _check_supported(model: nn.Module, embed: bool, heads: float, head_dims: flo
     adapter = get_adapter(model)
     adapter.require(*width_requirements(embed, heads, head_dims), by="width pruning", without=WIDTH_WITHOUT)
     for view in adapter.blocks():
-        if view.token_keep_rate is not None:
-            raise UnsupportedArchitectureError(f"{view.name} prunes tokens; prune width before tokens")
+        if view.token_op is not None:
+            raise UnsupportedArchitectureError(f"{view.name} reduces tokens; prune width before tokens")
         if view.attn is not None and (view.attn.value_dims is not None or view.attn.gate is not None):
             raise UnsupportedArchitectureError(f"{view.name}.attn has uneven or gated heads; torch-pruning cannot "
                                                "trace it (prune width before HiAP or depth gates)")
