@@ -161,8 +161,9 @@ CLAIMS: dict[str, ClaimText] = {
         "importance) to 50%; against Taylor width pruning alone to 50%. The paper gives no HetDPT+ recipe."),
     "composition": ClaimText(
         "vitprune", "Depth pruning then STAR beats depth pruning alone and STAR alone at matched MACs, after recovery",
-        "Not a paper's claim but vitprune's: methods compose by appending edits. No paper combines depth and token "
-        "pruning.",
+        "Not a paper's claim but vitprune's: methods compose by appending edits. HetDPT's paper combines depth "
+        "pruning with token merging (ToMe, GTP-ViT: its App. B, Fig. 8, \"excellent orthogonality\"), not with "
+        "STAR's token pruning; its own claim is not tested here yet (docs/tome.md).",
         "depth + STAR: the MAP's best split at 80% of the MACs that leaves STAR enough attention blocks, then STAR "
         "to 60%; depth only: the MAP's split at 60%; STAR only: STAR at 60%. TE-Static layers.",
         "vitprune's claim was too broad. Depth + STAR beats depth pruning alone by 3.5 points, but STAR "
