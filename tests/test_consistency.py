@@ -53,6 +53,12 @@ def _hiap(model):
     assert vitprune.get_adapter(model).block(3).attn.value_dims is not None  # uneven heads where tokens are pruned
 
 
+def _tome(model):
+    from vitprune.methods.tome import apply_merging
+
+    apply_merging(model, [2] * len(vitprune.get_adapter(model).blocks()))  # blocks without attention merge none
+
+
 def _star(model):
     for block, rate in ((3, 0.7), (7, 0.6)):
         prune_tokens(model, block, rate)
@@ -65,6 +71,8 @@ CHAINS = {
     "hiap-star": (_hiap, _star),
     "width-star": (_width, _star),
     "depth-vbp": (_depth, _vbp),
+    "depth-tome": (_depth, _tome),
+    "hiap-tome": (_hiap, _tome),
 }
 
 

@@ -170,6 +170,7 @@ def installed(tmp_path, monkeypatch):
     sys.modules.pop(THIRD_PARTY, None)
 
 
+@pytest.mark.slow  # an installed package's entry point (5 s); the toy method's command runs in the fast lane
 def test_a_method_another_package_installs_gets_its_command_and_chain_step(installed, capsys, tmp_path):
     """Found through the entry-point group, as vitprune's own are: nothing registers it by hand. One that cannot be
     loaded is left out with a warning, and vitprune goes on."""

@@ -50,7 +50,7 @@ def test_proportional_attention_is_attention_over_duplicated_keys():
 
 
 @pytest.mark.needs("token_reduction")
-@pytest.mark.parametrize("proportional", [True, False])
+@pytest.mark.parametrize("proportional", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_merging_nothing_is_the_dense_model(small_model_spec, proportional):
     model = tracked(*small_model_spec)
     x = torch.randn(2, *vitprune.get_adapter(model).input_size, generator=torch.Generator().manual_seed(0))
@@ -123,6 +123,8 @@ def test_one_model_prunes_or_merges_tokens_not_both():
         merge_tokens(model, 4, 8)
     with pytest.raises(ValueError, match=r"r \(tokens merged per block\) must be at least 0, got -1"):
         merge_tokens(tracked("deit_tiny_patch16_224", {}), 0, -1)
+    with pytest.raises(ValueError, match="head pools over every token, which would count a merged token as one"):
+        merge_tokens(tracked("vit_base_patch16_gap_224", {"img_size": 32, "depth": 2}), 0, 2)
 
 
 @pytest.mark.slow  # an export each (10-15 s)

@@ -559,6 +559,12 @@ class TokenReduction(TokenSequence):
     its attention and its MLP; the sequence hands the state the operations leave (positions, padding, sizes) from
     block to block, and every block's attention takes the bias it implies."""
 
+    @property
+    def pools_every_token(self) -> bool:
+        """Whether the class head pools over every token (an average, an attention pool) rather than reading prefix
+        tokens: merged tokens would then count as one each, whatever they stand for."""
+        return False
+
     @abstractmethod
     def set_token_op(self, index: int, op: nn.Module) -> None:
         """Make block ``index`` run ``op`` on its tokens after its attention's residual and before its MLP (in place

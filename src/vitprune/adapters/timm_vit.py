@@ -224,6 +224,10 @@ class TimmViTAdapter(TimmModel, ViTAdapter, AttentionRemoval, ActivationRemoval,
         return getattr(m, "cls_token", None) is not None and m.global_pool == "token" \
             and getattr(m, "head_dist", None) is None
 
+    @property
+    def pools_every_token(self) -> bool:
+        return self.model.global_pool != "token"
+
     def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
         # timm's own head path: pool, fc_norm, head dropout; a distilled DeiT averages its two tokens.
         return self.model.forward_head(self.model.forward_features(x), pre_logits=True)

@@ -71,10 +71,6 @@ class TokenOp(nn.Module):
         ``FlopCounterMode`` counts them) in a block of ``heads`` heads of query/key width ``head_dim``."""
         raise NotImplementedError
 
-    def settings(self) -> dict[str, object]:
-        """What the operation does, as its edit records it (a report's summary of the block)."""
-        raise NotImplementedError
-
 
 def cls_attention_row(q: torch.Tensor, k: torch.Tensor, scale: float,
                       key_bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -170,9 +166,6 @@ class TokenSelection(TokenOp):
         # The [CLS] row: one query against every key, in every head.
         return tokens * heads * head_dim
 
-    def settings(self) -> dict[str, object]:
-        return {"keep_rate": self.keep_rate, "alpha": self.alpha, "adaptive": self.adaptive}
-
     def scores(self, cls_row: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Fused log-scores ``(B, patches)`` from the [CLS] row ``(B, H, N)`` and the tokens' original positions."""
         intra = cls_row[:, :, self.num_prefix_tokens:].mean(dim=1).detach()
@@ -248,9 +241,6 @@ class TokenMerging(TokenOp):
     def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
         # The similarity of every A token to every B token, on head-averaged keys; none where nothing merges.
         return math.ceil(tokens / 2) * (tokens // 2) * head_dim if self.merged(tokens) else 0
-
-    def settings(self) -> dict[str, object]:
-        return {"r": self.r, "proportional": self.proportional}
 
     def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
         if state.valid is not None:

@@ -12,10 +12,16 @@ from vitprune.errors import VitpruneError
 from vitprune.measure.config import MARGIN, SpeedConfig
 from vitprune.measure.target import SPELLING, MacTarget
 
-#: What each objective maximises, as the report states its rule (:func:`~vitprune.comparison.pick.choose`).
+def points(value: float) -> str:
+    """``value`` top-1 points in words: "1 point", "0.5 points"."""
+    return f"{value:g} point{'' if value == 1 else 's'}"
+
+
+#: What each objective maximises, as the report states its rule (:func:`~vitprune.comparison.pick.choose`;
+#: ``margin``: :func:`points`).
 OBJECTIVES = {
     "speed": "the fastest arm on target (median measured speedup) whose top-1 is shown to be not worse than the most "
-             "accurate arm's by more than {tolerance:g} points (one-sided paired bootstrap, Holm over the arms "
+             "accurate arm's by more than {margin} (one-sided paired bootstrap, Holm over the arms "
              "tested, alpha {alpha:g})",
     "accuracy": "the most accurate arm on target (top-1; ties: the faster)",
 }
@@ -120,4 +126,4 @@ def check_targets(macs: list[Any] | Any = (), speedups: list[float] | float = ()
     return [*targets, *(Target("speedup", factor) for factor in speedups)]
 
 
-__all__ = ["DTYPES", "OBJECTIVES", "RUNTIMES", "CompareConfig", "check_targets"]
+__all__ = ["DTYPES", "OBJECTIVES", "RUNTIMES", "CompareConfig", "check_targets", "points"]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from vitprune.atomic import write_text
+from vitprune.comparison.config import points
 from vitprune.comparison.report import DONE, ArmResult, CompareReport, Target
 from vitprune.plotting import figure, save_figure
 
@@ -140,8 +141,8 @@ def _pick_lines(chosen: dict[str, Any] | None, target: Target) -> list[str]:
                   "|---|---|---|---|---|"]
         lines += [f"| {v['b']} | {v['verdict']} | {v['effect']:+.2f} [{v['low']:+.2f}, {v['high']:+.2f}] | "
                   f"{v['p_greater']:.3g} | {v['p_less']:.3g} |" for v in chosen["verdicts"]]
-        lines += ["", f"Verdicts Holm-corrected within the target; *equivalent*: within ±{chosen['tolerance']:g} "
-                      "points by two one-sided tests.", ""]
+        lines += ["", f"Verdicts Holm-corrected within the target; *equivalent*: within ±{points(chosen['tolerance'])} "
+                      "by two one-sided tests.", ""]
     return lines
 
 

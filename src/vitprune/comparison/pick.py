@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vitprune.comparison.config import OBJECTIVES
+from vitprune.comparison.config import OBJECTIVES, points
 from vitprune.comparison.report import ArmResult
 from vitprune.measure.config import ALPHA, MARGIN
 from vitprune.measure.paired import decide, holm, paired_difference
@@ -52,7 +52,7 @@ def choose(arms: list[ArmResult], control: ArmResult | None, scores: Callable[[A
     return {
         "arm": chosen.arm, "top1": chosen.top1, "speedup": chosen.speedup, "macs_share": chosen.macs_share,
         "objective": objective, "tolerance": tolerance,
-        "rule": OBJECTIVES[objective].format(tolerance=tolerance, alpha=ALPHA),
+        "rule": OBJECTIVES[objective].format(margin=points(tolerance), alpha=ALPHA),
         "why": _why(chosen, best, fastest, objective, tolerance, measured),
         "most_accurate": best.arm,
         "within_tolerance": [arm.arm for arm in within],
@@ -77,7 +77,7 @@ def _verdicts(chosen: ArmResult, others: list[ArmResult], control: ArmResult | N
 def _why(chosen: ArmResult, best: ArmResult, fastest: ArmResult, objective: str, tolerance: float,
          measured: bool) -> str:
     """One line: why ``chosen`` won."""
-    margin = f"{tolerance:g} point{'' if tolerance == 1 else 's'}"
+    margin = points(tolerance)
     if not measured:
         return f"{best.arm} is the most accurate arm on target ({best.top1:.2f}%); speed was not measured"
     if objective == "accuracy":

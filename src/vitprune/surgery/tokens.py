@@ -52,6 +52,9 @@ def merge_tokens(model: nn.Module, block: int, r: int, proportional: bool = True
     if r < 0:
         raise ValueError(f"r (tokens merged per block) must be at least 0, got {r}")
     adapter = _adapter(model, block, TokenMerging)
+    if adapter.pools_every_token:
+        raise ValueError("this model's head pools over every token, which would count a merged token as one "
+                         "whatever it stands for: token merging needs a head that reads the [CLS] token")
     current = adapter.blocks()[block].token_op
     if isinstance(current, TokenMerging):
         current.r, current.proportional = r, proportional
