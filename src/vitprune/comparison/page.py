@@ -141,8 +141,9 @@ def _pick_lines(chosen: dict[str, Any] | None, target: Target) -> list[str]:
                   "|---|---|---|---|---|"]
         lines += [f"| {v['b']} | {v['verdict']} | {v['effect']:+.2f} [{v['low']:+.2f}, {v['high']:+.2f}] | "
                   f"{v['p_greater']:.3g} | {v['p_less']:.3g} |" for v in chosen["verdicts"]]
-        lines += ["", f"Verdicts Holm-corrected within the target; *equivalent*: within ±{points(chosen['tolerance'])} "
-                      "by two one-sided tests.", ""]
+        margin = points(chosen["tolerance"])
+        lines += ["", f"Verdicts Holm-corrected within the target; *equivalent*: within ±{margin} by two one-sided "
+                      "tests.", ""]
     return lines
 
 
