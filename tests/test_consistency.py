@@ -72,7 +72,6 @@ CHAINS = {
     "width-star": (_width, _star),
     "depth-vbp": (_depth, _vbp),
     "depth-tome": (_depth, _tome),
-    "hiap-tome": (_hiap, _tome),
 }
 
 

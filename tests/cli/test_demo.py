@@ -18,7 +18,8 @@ def demo_out(tmp_path_factory):
 
 @pytest.mark.slow
 def test_demo_measures_prunes_and_compares(capsys, trained_digits, demo_out):
-    code, out, _ = run(capsys, "demo", "--json", "--repeats", "3", "--out", str(demo_out))
+    # Four layers, not the demo's eight: the same stages, half of Step 1's sweeps.
+    code, out, _ = run(capsys, "demo", "--json", "--repeats", "3", "--budget", "4", "--out", str(demo_out))
     data = json.loads(out)
     assert code == 0
     assert data["starting_checkpoint"].startswith("digits-vit")
@@ -28,7 +29,7 @@ def test_demo_measures_prunes_and_compares(capsys, trained_digits, demo_out):
     assert data["latency"]["batch_size"] == 1 and data["throughput"]["batch_size"] == SpeedConfig().batch_size
     assert data["latency"]["repeats"] == 3 and data["hetdpt"]["speed"]["pairs"] == 3
     hetdpt = data["hetdpt"]
-    assert hetdpt["budget"] == 8 and len(hetdpt["attention"]) + len(hetdpt["activation"]) == 8
+    assert hetdpt["budget"] == 4 and len(hetdpt["attention"]) + len(hetdpt["activation"]) == 4
     assert hetdpt["split"]["chosen_by"] == "predictor" and hetdpt["top1"]["dense"] == data["eval"]["top1"]
     pruned = vitprune.load(demo_out / "model")
     assert count_macs(pruned).params == hetdpt["pruned"]["params"] < hetdpt["dense"]["params"]
@@ -41,7 +42,7 @@ def test_demo_tables_reuse_the_finished_run(capsys, trained_digits, demo_out, mo
     from vitprune.cli.app import console
 
     monkeypatch.setattr(console, "width", 200)
-    code, out, _ = run(capsys, "demo", "--repeats", "3", "--out", str(demo_out))
+    code, out, _ = run(capsys, "demo", "--repeats", "3", "--budget", "4", "--out", str(demo_out))
     assert code == 0
     assert "starting checkpoint" in out and "convention 'full'" in out and "images/s" in out
     assert "HetDPT on digits-vit" in out and "chosen by predictor" in out and "speedup" in out

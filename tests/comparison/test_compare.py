@@ -26,6 +26,7 @@ from vitprune.measure import speed as speed_module
 from vitprune.methods.hetdpt import pipeline as hetdpt_pipeline
 from vitprune.methods.hiap import pipeline as hiap_pipeline
 from vitprune.methods.star import pipeline as star_pipeline
+from vitprune.methods.tome import pipeline as tome_pipeline
 from vitprune.methods.vbp import pipeline as vbp_pipeline
 from vitprune.methods.width import pipeline as width_pipeline
 from vitprune.runs import MethodData, RunContext
@@ -67,8 +68,8 @@ def compared(tmp_path_factory):
 
 #: Each method's rate search, where its pipeline calls it, and which argument is the target.
 SEARCHES = [(vbp_pipeline, "select_for_macs", 2), (star_pipeline, "rho_for_macs", 2),
-            (width_pipeline, "prune_width_to_macs", 1), (hiap_pipeline, "fixed_macs", 1),
-            (hetdpt_pipeline, "budget_for_macs", 1)]
+            (tome_pipeline, "r_for_macs", 1), (width_pipeline, "prune_width_to_macs", 1),
+            (hiap_pipeline, "fixed_macs", 1), (hetdpt_pipeline, "budget_for_macs", 1)]
 
 
 def _recorded(search, position, seen):
@@ -91,7 +92,8 @@ def test_the_target_reaches_every_rate_search_as_a_mac_target(compared):
     for name, targets in searches.items():
         if name == "budget_for_macs":  # also the chains' first steps: the square root of the share each (planned
             # once, before anything runs, for the estimate and the run)
-            assert [t.value for t in targets] == pytest.approx([goal.value, *[dense * 0.6 ** 0.5] * 2])
+            chains = sum(methods[0] == "hetdpt" for methods, _ in CHAINS.values())
+            assert [t.value for t in targets] == pytest.approx([goal.value, *[dense * 0.6 ** 0.5] * chains])
         else:  # the method's own arm, and a chain's last step
             assert set(targets) == {goal}, name
 
@@ -101,7 +103,7 @@ def test_every_arm_runs_to_the_target_next_to_the_control(compared):
     model, _, run_dir, report, _ = compared
     dense = count_macs(model).macs
     # vitprune's own methods in their names' order, then the chains.
-    assert [r.arm for r in report.arms] == arm_names() == ["hetdpt", "hiap", "star", "vbp", "width", *CHAINS]
+    assert [r.arm for r in report.arms] == arm_names() == ["hetdpt", "hiap", "star", "tome", "vbp", "width", *CHAINS]
     assert all(r.status == "done" for r in report.arms), [(r.arm, r.reason) for r in report.arms]
     for row in report.arms:
         model_dir = run_dir / "arms" / "macs-0.6" / row.arm / "seed-0" / "model"
@@ -115,9 +117,10 @@ def test_every_arm_runs_to_the_target_next_to_the_control(compared):
     steps = {r.arm: [s["method"] for s in r.steps] for r in report.arms}
     assert steps == {"hetdpt": ["hetdpt", "vbp", "finetune"], "width": ["width", "vbp", "finetune"],
                      "vbp": ["vbp", "finetune"], "star": ["star", "vbp", "finetune"],
-                     "hiap": ["hiap", "vbp", "finetune"],
+                     "tome": ["tome", "vbp", "finetune"], "hiap": ["hiap", "vbp", "finetune"],
                      "hetdpt+": ["hetdpt", "width", "vbp", "finetune"],
-                     "hetdpt+star": ["hetdpt", "star", "vbp", "finetune"]}
+                     "hetdpt+star": ["hetdpt", "star", "vbp", "finetune"],
+                     "hetdpt+tome": ["hetdpt", "tome", "vbp", "finetune"]}
     assert all(r.steps[-3]["above"] for r in report.arms if r.arm not in ("hetdpt", "vbp"))
     # HetDPT's Step 1 (its predictor, fitted on the dense model for any budget) runs once: the chains that start with
     # HetDPT take the first arm's, and their chain files say so.

@@ -127,15 +127,11 @@ def test_one_model_prunes_or_merges_tokens_not_both():
         merge_tokens(tracked("vit_base_patch16_gap_224", {"img_size": 32, "depth": 2}), 0, 2)
 
 
-@pytest.mark.slow  # an export each (10-15 s)
-@pytest.mark.parametrize("name, kwargs", [
-    ("deit_tiny_distilled_patch16_224", {"img_size": 64}),  # timm's blocks, two prefix tokens
-    ("hf:ViTForImageClassification", HF_TINY),  # transformers' layers
-])
-def test_a_merging_model_exports_to_onnx(name, kwargs, tmp_path):
+@pytest.mark.slow  # an export (15 s); timm's blocks export in tests/test_consistency.py's depth-tome chain
+def test_a_merging_transformers_model_exports_to_onnx(tmp_path):
     from vitprune.export import export_onnx
 
-    report = export_onnx(_tome(name, 3, kwargs), tmp_path / "tome.onnx")
+    report = export_onnx(_tome("hf:ViTForImageClassification", 3, HF_TINY), tmp_path / "tome.onnx")
     assert report.max_abs_diff <= 1e-4
 
 

@@ -37,9 +37,10 @@ class ToMeConfig(JsonRecord):
     calibration_batch: int = 64
     #: Of fine-tuning, where there is one.
     seed: int = setting(0, help=SEED_HELP)
-    #: Fine-tuning after merging (``None``: none; ToMe needs no training).
+    #: Fine-tuning after merging (``None``: none; ToMe needs no training, and the command line recovers through
+    #: ``vitprune finetune`` or a chain's ``finetune`` step), distilling from the unmerged model as ``distill`` says.
     finetune: TrainConfig | None = None
-    distill: str = setting("soft", choices=KINDS, help="Distillation from the unmerged model while fine-tuning.")
+    distill: str = "soft"
     alpha: float = 1.0
     tau: float = 1.0
 
