@@ -49,7 +49,7 @@ class TokenOp(nn.Module):
 
     The host block gives it what its attention computed that :attr:`reads` names: ``"cls_row"``, the first token's
     attention probabilities over all tokens ``(B, H, N)``, or ``"keys"``, the keys ``(B, H, N, d)``. A subclass
-    implements :meth:`forward`, :meth:`leaving` and :meth:`scoring_macs`.
+    implements :meth:`forward` and :meth:`scoring_macs`.
     """
 
     #: What the operation reads of the block's attention: ``"cls_row"`` or ``"keys"``.
@@ -60,10 +60,6 @@ class TokenOp(nn.Module):
 
     def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
         """The tokens leaving the operation and the state that goes with them."""
-        raise NotImplementedError
-
-    def leaving(self, tokens: int) -> int:
-        """How many tokens leave when ``tokens`` enter (at most, where the count depends on the image)."""
         raise NotImplementedError
 
     def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
@@ -158,10 +154,6 @@ class TokenSelection(TokenOp):
         # Rounded first so that float error (0.7 * 10 = 7.000000000000001) cannot tip the ceil over.
         return max(1, math.ceil(round(self.keep_rate * patches, 9)))
 
-    def leaving(self, tokens: int) -> int:
-        return self.num_prefix_tokens + min(tokens - self.num_prefix_tokens,
-                                            self.keep_count(tokens - self.num_prefix_tokens))
-
     def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
         # The [CLS] row: one query against every key, in every head.
         return tokens * heads * head_dim
@@ -234,9 +226,6 @@ class TokenMerging(TokenOp):
     def merged(self, tokens: int) -> int:
         """Pairs merged when ``tokens`` enter: ``r``, at most half the non-prefix tokens."""
         return max(0, min(self.r, (tokens - self.num_prefix_tokens) // 2))
-
-    def leaving(self, tokens: int) -> int:
-        return tokens - self.merged(tokens)
 
     def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
         # The similarity of every A token to every B token, on head-averaged keys; none where nothing merges.
