@@ -27,8 +27,8 @@ _INSTALL = "ONNX export needs the onnx extra: pip install 'vitprune[onnx]'"
 def dynamic_structure(model: nn.Module) -> str | None:
     """Why ``model``'s structure depends on the image (so it cannot be exported), or ``None``."""
     for view in get_adapter(model).blocks():
-        if getattr(view.token_op, "adaptive", False):
-            return f"{view.name} keeps a per-image number of tokens (a-STAR)"
+        if view.token_op is not None and view.token_op.per_image:
+            return f"{view.name} {view.token_op.per_image}"
     return None
 
 

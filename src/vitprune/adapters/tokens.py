@@ -1,6 +1,6 @@
 """Token reduction that every family shares: an operation a block runs on its tokens between its attention and its
-MLP (STAR's :class:`TokenSelection` keeps the top-scoring patch tokens, ToMe's :class:`TokenMerging` merges the most
-similar ones), and how a block sequence hands what the operations left (:class:`TokenState`: the patch tokens'
+MLP (STAR's :class:`TokenSelection` keeps the top-scoring patch tokens; a method may bring its own, as ToMe's merging
+in its folder), and how a block sequence hands what the operations left (:class:`TokenState`: the patch tokens'
 original positions, real slots, token sizes) from block to block. A family's host block runs its own attention and
 MLP around a :class:`TokenOp` (the adapter's ``set_token_op``)."""
 
@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from timm.models._features import feature_take_indices
 from torch import nn
 
@@ -54,9 +53,17 @@ class TokenOp(nn.Module):
 
     #: What the operation reads of the block's attention: ``"cls_row"`` or ``"keys"``.
     reads: str = ""
+    #: What a block running it does, for refusals: "prunes tokens", "merges tokens".
+    does: str = ""
     #: Whether every patch token that leaves is one that entered, at a known original position (a pruned position
     #: then keeps the value it last had, so feature maps cover the patch grid): STAR's, not ToMe's.
     keeps_positions: bool = True
+
+    @property
+    def per_image(self) -> str:
+        """What the operation decides per image, so that the model's structure depends on the image and cannot be
+        exported (e.g. "keeps a per-image number of tokens"); empty: nothing."""
+        return ""
 
     def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
         """The tokens leaving the operation and the state that goes with them."""
@@ -133,6 +140,7 @@ class TokenSelection(TokenOp):
     """
 
     reads = "cls_row"
+    does = "prunes tokens"
 
     def __init__(self, *, num_prefix_tokens: int, num_patches: int, keep_rate: float = 1.0, alpha: float = 1.0,
                  adaptive: bool = False) -> None:
@@ -140,6 +148,10 @@ class TokenSelection(TokenOp):
         self.num_prefix_tokens, self.keep_rate, self.alpha = num_prefix_tokens, keep_rate, alpha
         self.adaptive = adaptive
         self.register_buffer("inter", torch.ones(num_patches))
+
+    @property
+    def per_image(self) -> str:
+        return "keeps a per-image number of tokens (a-STAR)" if self.adaptive else ""
 
     def set_prior(self, prior: torch.Tensor, index: int) -> None:
         """Install the per-position prior ``inter`` (one value per patch) of block ``index``."""
@@ -205,66 +217,6 @@ class TokenSelection(TokenOp):
         chosen, kept = ranked.gather(1, order), kept.gather(1, order)
         x, positions = keep_tokens(x, positions, chosen, self.num_prefix_tokens)
         return x, positions, kept
-
-
-class TokenMerging(TokenOp):
-    """ToMe's operation (Bolya et al., 2023): merge the ``r`` most similar pairs of tokens by bipartite soft matching.
-
-    The tokens alternate between sets A (positions 0, 2, ...) and B (1, 3, ...) over the whole sequence; each A token
-    points to the B token whose head-averaged key is most similar (cosine), and the ``r`` A tokens with the most
-    similar partners merge into them as size-weighted means, sizes summed. Prefix tokens neither merge nor receive;
-    they leave first, in order, then the A tokens that stay (in order), then the B tokens. ``r`` is capped at half
-    the non-prefix tokens. Ties go to the earlier token, so the merge does not depend on the device.
-    """
-
-    reads = "keys"
-    keeps_positions = False
-
-    def __init__(self, *, num_prefix_tokens: int, r: int, proportional: bool = True) -> None:
-        super().__init__()
-        self.num_prefix_tokens, self.r, self.proportional = num_prefix_tokens, r, proportional
-
-    def merged(self, tokens: int) -> int:
-        """Pairs merged when ``tokens`` enter: ``r``, at most half the non-prefix tokens."""
-        return max(0, min(self.r, (tokens - self.num_prefix_tokens) // 2))
-
-    def scoring_macs(self, tokens: int, heads: int, head_dim: int) -> int:
-        # The similarity of every A token to every B token, on head-averaged keys; none where nothing merges.
-        return math.ceil(tokens / 2) * (tokens // 2) * head_dim if self.merged(tokens) else 0
-
-    def forward(self, x: torch.Tensor, state: TokenState, signal: torch.Tensor) -> tuple[torch.Tensor, TokenState]:
-        if state.valid is not None:
-            raise VitpruneError("token merging cannot follow adaptive token pruning's padded slots")
-        b, n, c = x.shape
-        r, prefix = self.merged(n), self.num_prefix_tokens
-        size = state.size if state.size is not None else x.new_ones(b, n)
-        if r == 0:
-            return x, state._replace(size=size, proportional=self.proportional)
-        with torch.no_grad():
-            metric = F.normalize(signal.mean(dim=1), dim=-1)
-            a, bb = torch.arange(0, n, 2, device=x.device), torch.arange(1, n, 2, device=x.device)
-            similarity = metric[:, a] @ metric[:, bb].transpose(-2, -1)
-            # Prefix tokens in A merge into nothing; those in B take nothing.
-            similarity = similarity.masked_fill((a < prefix)[None, :, None] | (bb < prefix)[None, None, :],
-                                                float("-inf"))
-            best, partner = similarity.max(dim=-1)
-            # Each A token's place among them, most similar first, ties to the earlier token: a rank without ties,
-            # so that the order does not rest on a stable sort (which ONNX has not).
-            earlier = torch.ones(len(a), len(a), dtype=torch.bool, device=x.device).tril(-1)
-            ahead = (best[:, None, :] > best[:, :, None]) | ((best[:, None, :] == best[:, :, None]) & earlier)
-            order = ahead.sum(dim=-1).argsort(dim=-1)
-            src, stay = order[:, :r], order[:, r:].sort(dim=-1).values
-            dst = partner.gather(1, src)
-        weighted = torch.cat([x * size[..., None], size[..., None]], dim=-1)
-        a_part, b_part = weighted[:, a], weighted[:, bb]
-        moved = a_part.gather(1, src[..., None].expand(-1, -1, c + 1))
-        b_part = b_part.scatter_add(1, dst[..., None].expand(-1, -1, c + 1), moved)
-        a_part = a_part.gather(1, stay[..., None].expand(-1, -1, c + 1))
-        # Prefix tokens first, in their order: the even ones lead A's staying tokens, the odd ones B.
-        leading = [(a_part if i % 2 == 0 else b_part)[:, i // 2:i // 2 + 1] for i in range(prefix)]
-        out = torch.cat([*leading, a_part[:, math.ceil(prefix / 2):], b_part[:, prefix // 2:]], dim=1)
-        size = out[..., c]
-        return out[..., :c] / size[..., None], state._replace(size=size, proportional=self.proportional)
 
 
 class TokenHost(nn.Module):

@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 from torch import nn
@@ -20,6 +21,10 @@ from vitprune.errors import RecipeError
 from vitprune.recipe.recipe import Edit, require_recipe
 
 EditFn = Callable[..., None]
+
+#: Entry-point group of edits that live outside :mod:`vitprune.surgery` (a method's own, as ToMe's
+#: ``merge_tokens``): ``op = "module:function"``, so a recipe naming one replays in a process that never imported it.
+ENTRY_POINT_GROUP = "vitprune.edits"
 
 _EDITS: dict[str, EditFn] = {}
 
@@ -51,11 +56,15 @@ def register_edit(op: str) -> Callable[[EditFn], EditFn]:
 
 
 def registered_edits() -> list[str]:
-    """Names of all registered edits."""
-    return sorted(_EDITS)
+    """Names of all registered edits: those imported so far and those the installed packages declare."""
+    return sorted({*_EDITS, *(entry.name for entry in metadata.entry_points(group=ENTRY_POINT_GROUP))})
 
 
 def _lookup(op: str) -> EditFn:
+    if op not in _EDITS:
+        # An edit a method keeps in its own folder registers when its module is imported; the entry point names it.
+        for entry in metadata.entry_points(group=ENTRY_POINT_GROUP, name=op):
+            entry.load()
     try:
         return _EDITS[op]
     except KeyError:

@@ -10,7 +10,7 @@ from torch import nn
 from vitprune.adapters import get_adapter
 from vitprune.measure import MacTarget, count_macs
 from vitprune.measure.target import reach
-from vitprune.surgery import merge_tokens
+from vitprune.methods.tome.merging import merge_tokens
 
 
 def r_schedule(r: int, inflect: float, blocks: int) -> list[int]:

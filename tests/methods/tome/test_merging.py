@@ -4,15 +4,20 @@ MACs per r as the implementation note finds them, and the MAC counter equal to F
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+import textwrap
 
 import pytest
+import safetensors.torch
 import torch
 from conftest import HF_TINY, tracked
 
 import vitprune
-from vitprune.adapters.tokens import TokenMerging, TokenState
+from vitprune.adapters.tokens import TokenState
 from vitprune.measure import count_macs, flop_counter_macs
-from vitprune.surgery import merge_tokens, prune_tokens, token_ops
+from vitprune.methods.tome import TokenMerging, merge_tokens
+from vitprune.surgery import prune_tokens, token_ops
 
 #: The note's example (§6.1): one head, five tokens of one channel, t0 the [CLS] token. A = (t0, t2, t4), B = (t1, t3);
 #: t4's keys are most like t1's (cosine 0.995), t2's like t3's (0.707).
@@ -114,6 +119,29 @@ def test_merging_saves_and_loads(tmp_path):
         {i: (9, False) if i == 3 else (5, True) for i in range(12)}
     with torch.no_grad():
         assert torch.equal(loaded(x), out)
+
+
+@pytest.mark.slow  # a fresh interpreter (about 6 s)
+def test_a_saved_merging_model_loads_where_tome_was_never_imported(tmp_path):
+    """ToMe's operation and edit live in its folder; the edit's entry point (``vitprune.edits``) is what a fresh
+    process that imports nothing of ToMe replays the recipe by, to the same outputs."""
+    model = _tome("deit_tiny_patch16_224", 5)
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        safetensors.torch.save_file({"x": x, "y": model.eval()(x)}, tmp_path / "io.safetensors")
+    vitprune.save(model, tmp_path / "m")
+    script = textwrap.dedent("""
+        import sys
+        import safetensors.torch, torch, vitprune
+        assert "vitprune.methods.tome.merging" not in sys.modules
+        model = vitprune.load(sys.argv[1] + "/m")
+        io = safetensors.torch.load_file(sys.argv[1] + "/io.safetensors")
+        with torch.no_grad():
+            assert torch.equal(model(io["x"]), io["y"])
+        print(type(model.blocks[0].tokens).__module__)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["vitprune.methods.tome.merging"]
 
 
 def test_one_model_prunes_or_merges_tokens_not_both():
