@@ -52,7 +52,7 @@ from vitprune.atomic import read_json, write_json
 from vitprune.data import balanced_subset, build_dataset, build_loader
 from vitprune.data.cluttered_mnist import ClutteredMnistDataset
 from vitprune.errors import VitpruneError
-from vitprune.measure import MacTarget, count_macs
+from vitprune.measure import MacTarget, compare_speed, count_macs
 from vitprune.measure.paired import PairedDifference, decide, holm, paired_difference
 from vitprune.measure.paired import pack_correct as pack
 from vitprune.measure.paired import unpack_correct as unpack
@@ -65,6 +65,7 @@ from vitprune.methods.star import (apply_keep_rates, average_cosine_similarity, 
                                    rho_for_macs)
 from vitprune.methods.vbp import (magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection,
                                   select_for_macs, select_neurons)
+from vitprune.methods.tome import apply_merging, r_schedule
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
 from vitprune.runs.stages import weights_fingerprint
@@ -116,6 +117,14 @@ class Budget:
     #: Composition: depth pruning to ``compose_depth_share``, then STAR to ``compose_share``.
     compose_depth_share: float = 0.8
     compose_share: float = 0.6
+    #: HetDPT's Fig. 8: ToMe's merge counts and STAR's keep rates swept on each seed's dense and HetDPT checkpoints,
+    #: the operating point's top-1 floor in points below the seed's dense top-1 (the paper's example sits 0.9 below),
+    #: and the paired timing (batch, pairs) against the dense checkpoint.
+    fig8_tome: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5, 6, 7])
+    fig8_star: list[float] = field(default_factory=lambda: [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    fig8_floor: float = 1.0
+    fig8_batch: int = 64
+    fig8_pairs: int = 15
     resamples: int = 10_000
 
 
@@ -776,6 +785,99 @@ def composition_claims(r: Runner, star_table: dict[str, Any]) -> tuple[list[dict
     return claims, {}
 
 
+# ---------------------------------------------------------------------------------------------------- Fig. 8
+
+
+def fig8_claims(r: Runner, control_table: dict[str, Any], hetdpt_table: dict[str, Any],
+                star_table: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """HetDPT's Fig. 8: at matched top-1, HetDPT + token reduction is faster than the dense model + token reduction.
+
+    Per seed, ToMe's merge count and STAR's keep rate are swept on the dense checkpoint and on HetDPT's (the Step 2
+    arm after the recovery, rebuilt as ``hetdpt-step2`` measured it), no fine-tuning after the token reduction (ToMe
+    needs none; the paper's Fig. 8 applies it to trained models). Every point's top-1 and its speedup over the dense
+    checkpoint (paired timing) are measured. A curve's operating point is its fastest point whose top-1 is at most
+    ``fig8_floor`` points below the seed's dense top-1; the two operating points are then timed against each other
+    in alternating pairs. The rule, fixed before the run: the claim *holds* when HetDPT's operating point is faster
+    in every seed (the lower quartile of the pairs' ratios above 1), *does not hold* when it is slower in every seed
+    (the upper quartile below 1, or HetDPT's curve never reaches the floor), else *inconclusive*."""
+    target = r.dense_macs * r.b.depth_share
+    dense_top1 = dict(zip(r.b.seeds, top1(control_table["rows"], "pruned", r.images_count), strict=True))
+
+    def hetdpt(seed: int) -> nn.Module:
+        def build() -> nn.Module:
+            picked = hetdpt_table["step2"][seed]
+            model = _depth_model(r, seed, picked["attention"], picked["activation"], target)
+            r.tune(model, seed)
+            merge_linear_mlps(model)
+            return model
+        return r.once(("fig8-hetdpt", seed), build)
+
+    bases = {"dense": r.dense, "HetDPT": hetdpt}
+    # The rebuilt HetDPT model is the Step 2 arm hetdpt-step2 scored: the same images right.
+    rebuilt = {seed: r.unit(f"fig8/hetdpt-rebuilt/seed{seed}", lambda seed=seed: r.correct(hetdpt(seed)) == r.units[
+        f"hetdpt/step2-arm/seed{seed}"]["value"]["tuned"], family="fig8", seed=seed) for seed in r.b.seeds}
+
+    def acs(base: str, seed: int) -> list[float]:
+        return r.unit(f"fig8/{base}/acs/seed{seed}",
+                      lambda: average_cosine_similarity(bases[base](seed), r.calibration), family="fig8", seed=seed)
+
+    def reduced(reducer: str, base: str, seed: int, setting: float) -> nn.Module:
+        model = bases[base](seed)
+        if reducer == "ToMe":
+            merged = copy.deepcopy(model)
+            apply_merging(merged, r_schedule(int(setting), 0.0, r.blocks))
+            return merged
+        rates = acs(base, seed)
+        return tokens(model, keep_rates(rates, setting, anchor=star_anchor(rates)), STAR_ALPHA,
+                      torch.tensor(star_table[seed]["prior"]))
+
+    def timed(a: nn.Module, b: nn.Module) -> dict[str, float]:
+        cmp = compare_speed(a, b, batch_size=r.b.fig8_batch, pairs=r.b.fig8_pairs, warmup=3).to_dict()
+        return {"speedup": cmp["speedup"], "q1": cmp["speedup_q1"], "q3": cmp["speedup_q3"]}
+
+    def point(reducer: str, base: str, seed: int, setting: float) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            model = reduced(reducer, base, seed, setting)
+            return {"macs": count_macs(model).macs, "correct": r.correct(model), **timed(model, r.dense(seed))}
+        value = r.unit(f"fig8/{base}+{reducer}/{setting:g}/seed{seed}", work, family="fig8", seed=seed)
+        return {**value, "setting": setting, "top1": top1([{"c": value["correct"]}], "c", r.images_count)[0]}
+
+    claims, table = [], {}
+    for reducer, settings in (("ToMe", r.b.fig8_tome), ("STAR", r.b.fig8_star)):
+        seeds, a_rows, b_rows = {}, [], []
+        for seed in r.b.seeds:
+            curves = {base: [point(reducer, base, seed, x) for x in settings] for base in bases}
+            floor = dense_top1[seed] - r.b.fig8_floor
+            chosen = {base: max((p for p in curve if p["top1"] >= floor), key=lambda p: p["speedup"], default=None)
+                      for base, curve in curves.items()}
+            duel = None
+            if all(chosen.values()):
+                h, d = chosen["HetDPT"]["setting"], chosen["dense"]["setting"]
+                duel = r.unit(f"fig8/{reducer}/duel/{h:g}-vs-{d:g}/seed{seed}", lambda h=h, d=d, seed=seed: timed(
+                    reduced(reducer, "HetDPT", seed, h), reduced(reducer, "dense", seed, d)), family="fig8", seed=seed)
+                a_rows.append({"macs": chosen["HetDPT"]["macs"], "c": chosen["HetDPT"]["correct"]})
+                b_rows.append({"macs": chosen["dense"]["macs"], "c": chosen["dense"]["correct"]})
+            faster = duel is not None and duel["q1"] > 1
+            slower = (duel is not None and duel["q3"] < 1) or chosen["HetDPT"] is None
+            seeds[seed] = {"floor": floor, "duel": duel, "outcome": "faster" if faster else "slower" if slower else
+                           "unclear", "curves": {base: [{k: p[k] for k in ("setting", "top1", "speedup", "q1", "q3",
+                                                                            "macs")} for p in curve]
+                                                 for base, curve in curves.items()},
+                           "chosen": {base: None if p is None else p["setting"] for base, p in chosen.items()}}
+        outcomes = [s["outcome"] for s in seeds.values()]
+        verdict = "holds" if set(outcomes) == {"faster"} else "does not hold" if set(outcomes) == {"slower"} else \
+            "inconclusive"
+        # The accuracy at the two operating points, paired over the seeds that have both: how well they match.
+        comparisons = [compare(r, f"HetDPT + {reducer} vs dense + {reducer} at their operating points",
+                               f"HetDPT + {reducer}", a_rows, f"dense + {reducer}", b_rows, "c", kind="comparable",
+                               matched=False)] if len(a_rows) >= 2 else []
+        name = f"hetdpt-fig8-{reducer.lower()}"
+        judged = claim(name, comparisons) if comparisons else {"id": name, "comparisons": []}
+        claims.append({**judged, "verdict": verdict, "seeds": seeds})
+        table[reducer] = seeds
+    return claims, {**table, "rebuilt": rebuilt}
+
+
 # ---------------------------------------------------------------------------------------------------- the run
 
 
@@ -787,13 +889,15 @@ def family_code() -> dict[str, tuple[Any, ...]]:
     hetdpt = (layer_savings, trim_to, depth_grid, layer_te, te_layers, _depth_model, predictor, predicted, map_pick,
               step2, hetdpt_claims, "methods/hetdpt", "methods/vbp")
     star = (_mean_macs, star_anchor, manual_rates, StarSchedules, tokens, star_claims, "methods/star")
+    fig8 = (*hetdpt, *star, fig8_claims, "methods/tome")
     return {"dense": (*base, control_claims),
             "hetdpt": (*base, *hetdpt),
             "vbp": (*base, vbp_claims, "methods/vbp"),
             "star": (*base, *star),
             "hiap": (*base, hiap_claims, sys.modules[uniform.__module__], "methods/hiap"),
             "width": (*base, *hetdpt, width_to, hetdpt_plus_claims, "methods/width"),
-            "compose": (*base, *hetdpt, *star, composition_claims)}
+            "compose": (*base, *hetdpt, *star, composition_claims),
+            "fig8": (*base, *fig8)}
 
 
 def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, progress: bool = True
@@ -814,6 +918,7 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
         hiap, hiap_table = hiap_claims(r)
         plus, _ = hetdpt_plus_claims(r, hetdpt_table)
         compose, _ = composition_claims(r, star_table)
+        fig8, fig8_table = fig8_claims(r, control_table, hetdpt_table, star_table)
     used = {name: u for name, u in units.items() if u.get("key") in {r.key(f, s) for f in r.code for s in budget.seeds}}
     this_call = time.perf_counter() - start
     if r.measured:  # the calls that measured something make up the run's wall time
@@ -826,8 +931,9 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
     model = setting.checkpoints[budget.seeds[0]]
     return {"date": max(u["date"] for u in used.values()), "budget": asdict(budget), "dense": dense,
             "dense_counts": count_macs(model).totals(), "val_images": r.images_count,
-            "claims": control + hetdpt + vbp + star + hiap + plus + compose,
-            "tables": {"hetdpt": hetdpt_table, "vbp": vbp_table, "star": star_table, "hiap": hiap_table},
+            "claims": control + hetdpt + vbp + star + hiap + plus + compose + fig8,
+            "tables": {"hetdpt": hetdpt_table, "vbp": vbp_table, "star": star_table, "hiap": hiap_table,
+                       "fig8": fig8_table},
             "seconds": {"this_call": this_call, "measurements": sum(u["seconds"] for u in used.values()),
                         "calls": sum(c["seconds"] for c in calls)},
             "calls": calls,

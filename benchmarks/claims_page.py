@@ -25,6 +25,17 @@ class ClaimText:
     diagnosis: str = ""
 
 
+#: How Fig. 8's claims are tested (``reducer``: the swept setting).
+_FIG8_PROTOCOL = (
+    "Per seed, {reducer} swept on the dense checkpoint and on HetDPT's (the Step 2 arm above, after its recovery), "
+    "with no fine-tuning after the token reduction (ToMe needs none). Every point's top-1 and speedup over the dense "
+    "checkpoint are measured (alternating pairs, batch and pairs below). A curve's operating point is its fastest "
+    "point within the floor below the seed's dense top-1; the two operating points are then timed against each "
+    "other. Fixed before the run: the claim holds when HetDPT's operating point is faster in every seed (the pairs' "
+    "lower quartile above 1), does not hold when it is slower in every seed (upper quartile below 1, or HetDPT's "
+    "curve never reaches the floor), else inconclusive. The comparison below is the top-1 at the two operating "
+    "points, paired: how well they match. Speed is this machine's CPU.")
+
 CLAIMS: dict[str, ClaimText] = {
     "recovery-control": ClaimText(
         "Protocol", "The recovery costs the dense model no accuracy (dense + recovery within ±1 point of dense)",
@@ -172,6 +183,20 @@ CLAIMS: dict[str, ClaimText] = {
         "that reaches the target alone. The quick run agrees (STAR only ahead by 3.9). Composition pays where STAR "
         "alone cannot reach the target: its ACS schedule keeps the early blocks' tokens, so it stops short of "
         "about 55% of the MACs on this model"),
+    "hetdpt-fig8-tome": ClaimText(
+        "HetDPT", "At matched top-1, HetDPT + ToMe is faster than the dense model + ToMe (depth pruning is orthogonal "
+        "to token merging)",
+        "App. B, Fig. 8: \"our method consistently surpasses DeiT-B under the same token reduction algorithms\"; "
+        "§4.1: \"HetDPT exhibits excellent orthogonality with token reduction methods\" (e.g. 1410.6 vs 884.1 "
+        "images/s with ToMe, about 0.9 points below the dense DeiT-B)",
+        _FIG8_PROTOCOL.format(reducer="ToMe's merge count r (constant schedule, proportional attention)")),
+    "hetdpt-fig8-star": ClaimText(
+        "HetDPT", "At matched top-1, HetDPT + STAR is faster than the dense model + STAR (depth pruning is orthogonal "
+        "to token pruning)",
+        "The same claim with token pruning in place of merging: Fig. 8's second method is GTP-ViT (graph-based "
+        "token propagation), which vitprune does not implement; STAR stands in for the pruning family.",
+        _FIG8_PROTOCOL.format(reducer="STAR's keep rate ρ (ACS schedule, fused scores with the dense checkpoint's "
+                                      "LRP prior)")),
 }
 
 #: Claims an earlier version of the page tested that no paper makes, and why they went.
@@ -243,6 +268,27 @@ def _extra(c: dict[str, Any], report: dict[str, Any]) -> list[str]:
                  "|---|---:|---:|---:|"]
         lines += [f"| {b['seed']} | {100 * b['threshold 0.5']:+.1f}% | {b['top1 at 0.5']:.2f} | "
                   f"{100 * b['budget search']:+.1f}% |" for b in c["budget"]]
+        return lines
+    if c["id"].startswith("hetdpt-fig8-"):
+        b = report["budget"]
+        rebuilt = report["tables"]["fig8"]["rebuilt"]
+        same = "every seed" if all(rebuilt.values()) else f"seeds {[s for s, ok in rebuilt.items() if ok]} only"
+        lines = ["", f"The rebuilt HetDPT checkpoints score the same images right as the Step 2 arm above ({same}).",
+                 "", f"Floor {b['fig8_floor']:g} point below each seed's dense top-1; timing batch {b['fig8_batch']}, "
+                 f"{b['fig8_pairs']} pairs. Operating points (setting, top-1, speedup over dense [IQR]) and the "
+                 "HetDPT point's speedup over the dense point's:", "",
+                 "| seed | floor | dense + method | HetDPT + method | HetDPT over dense [IQR] | outcome |",
+                 "|---|---:|---|---|---:|---|"]
+        for seed, s in c["seeds"].items():
+            cells = []
+            for base in ("dense", "HetDPT"):
+                chosen = next((p for p in s["curves"][base] if p["setting"] == s["chosen"][base]), None)
+                cells.append("none reaches the floor" if chosen is None else
+                             f"{chosen['setting']:g}: {chosen['top1']:.2f}, {chosen['speedup']:.2f}× "
+                             f"[{chosen['q1']:.2f}–{chosen['q3']:.2f}]")
+            duel = s["duel"]
+            ratio = "" if duel is None else f"{duel['speedup']:.3f} [{duel['q1']:.3f}–{duel['q3']:.3f}]"
+            lines.append(f"| {seed} | {s['floor']:.2f} | {cells[0]} | {cells[1]} | {ratio} | {s['outcome']} |")
         return lines
     if c["id"] == "vbp-criterion":
         ratios = tables["vbp"]["ratios"]
@@ -332,8 +378,9 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
             if c["verdict"] == "does not hold":
                 lines += ["", f"**Why it does not hold.** {text.diagnosis or 'Not yet diagnosed.'}"]
     lines += ["", "## Claims no longer tested", ""] + [f"- {x}" for x in REMOVED]
-    lines += ["", "Plots: [every comparison's effect](claims_effects.png), [HetDPT](claims_hetdpt.png), "
-              "[VBP's ratios](claims_vbp.png)".replace("claims_", f"{report.get('stem', 'claims')}_"), ""]
+    plots = ("Plots: [every comparison's effect](claims_effects.png), [HetDPT](claims_hetdpt.png), [VBP's "
+             "ratios](claims_vbp.png)" + (", [Fig. 8](claims_fig8.png)" if "fig8" in report["tables"] else ""))
+    lines += ["", plots.replace("claims_", f"{report.get('stem', 'claims')}_"), ""]
     return "\n".join(lines)
 
 
@@ -392,7 +439,29 @@ def plot(report: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     paths.append(_save(fig, out_dir / f"{stem}_vbp.png"))
+    if "fig8" in report["tables"]:
+        paths.append(_fig8(report["tables"]["fig8"], out_dir / f"{stem}_fig8.png"))
     return paths
+
+
+def _fig8(table: dict[str, Any], path: Path) -> Path:
+    """HetDPT's Fig. 8 as measured: top-1 against speedup over the dense checkpoint, per method, base and seed."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    curves = {reducer: seeds for reducer, seeds in table.items() if reducer != "rebuilt"}
+    for ax, (reducer, seeds) in zip(fig.subplots(1, len(curves)), curves.items(), strict=True):
+        for i, (seed, s) in enumerate(seeds.items()):
+            for base, style in (("dense", "o-"), ("HetDPT", "s--")):
+                curve = s["curves"][base]
+                ax.plot([p["speedup"] for p in curve], [p["top1"] for p in curve], style, color=f"C{i}", ms=4,
+                        label=f"{base} + {reducer}, seed {seed}")
+            ax.axhline(s["floor"], color=f"C{i}", lw=0.6, ls=":")
+        ax.set(xlabel="speedup over the dense checkpoint (median of pairs)", ylabel="top-1 (%)",
+               title=f"Fig. 8: {reducer} on dense and HetDPT (dotted: each seed's floor)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

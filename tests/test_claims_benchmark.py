@@ -44,7 +44,8 @@ def _budget(claims: ModuleType, seeds=(0, 1)):
                          vbp_trend=[0.3], probe_images=16, te_images=16, search_images=32, search_epochs=1,
                          lrp_images=8, star_mac_images=2, hiap_images=32, hiap_epochs=1, resamples=200,
                          # STAR alone cannot go far on a random tiny ViT: its ACS schedule keeps early tokens
-                         star_share=0.85, compose_depth_share=0.92, compose_share=0.85)
+                         star_share=0.85, compose_depth_share=0.92, compose_share=0.85,
+                         fig8_tome=[0, 4], fig8_star=[1.0, 0.5], fig8_batch=4, fig8_pairs=2)
 
 
 @pytest.mark.slow
@@ -72,6 +73,15 @@ def test_every_claim_gets_a_verdict_on_a_tiny_configuration(claims, page, tmp_pa
         picked = step2[seed]
         for kind in ("attention", "activation"):
             assert set(picked[kind]) <= set(picked["candidates"][kind])  # Step 2 chooses among TE's shortlist
+    fig8 = report["tables"]["fig8"]
+    assert fig8["rebuilt"] == {0: True, 1: True}  # Fig. 8's HetDPT models are the Step 2 arms, rebuilt
+    for reducer, settings in (("ToMe", [0, 4]), ("STAR", [1.0, 0.5])):
+        for seed, s in fig8[reducer].items():
+            assert [p["setting"] for p in s["curves"]["dense"]] == settings
+            # r = 0 and keep-all are the dense model itself: its top-1, at the floor's reach
+            assert s["curves"]["dense"][0]["top1"] == report["dense"][seed]["top1"] >= s["floor"]
+            assert s["chosen"]["dense"] is not None and s["outcome"] in ("faster", "slower", "unclear")
+            assert (s["duel"] is None) == (s["chosen"]["HetDPT"] is None)
     budget_rows = next(c for c in report["claims"] if c["id"] == "hiap-budget")["budget"]
     assert [b["seed"] for b in budget_rows] == [0, 1]
 
@@ -132,11 +142,13 @@ def test_a_changed_code_hash_or_weights_file_re_measures_the_unit(claims, tmp_pa
 
 def test_the_code_hash_covers_the_library_and_this_files_functions(claims):
     code = claims.family_code()
-    assert set(code) == {"dense", "hetdpt", "vbp", "star", "hiap", "width", "compose"}
+    assert set(code) == {"dense", "hetdpt", "vbp", "star", "hiap", "width", "compose", "fig8"}
     hashes = {family: claims.source_hash(parts) for family, parts in code.items()}
     assert len(set(hashes.values())) == len(hashes)  # every family hashes its own code
     assert claims.vbp_claims in code["vbp"] and "methods/vbp" in code["vbp"]
     assert claims.step2 in code["width"]  # HetDPT+ runs on Step 2's layers
+    # Fig. 8 rebuilds Step 2's arm and runs ToMe and STAR on it
+    assert {claims.step2, claims.tokens, claims.fig8_claims} <= set(code["fig8"]) and "methods/tome" in code["fig8"]
 
 
 def test_pack_round_trip(claims):
