@@ -81,6 +81,9 @@ def test_every_claim_gets_a_verdict_on_a_tiny_configuration(claims, page, tmp_pa
             # r = 0 and keep-all are the dense model itself: its top-1, at the floor's reach
             assert s["curves"]["dense"][0]["top1"] == report["dense"][seed]["top1"] >= s["floor"]
             assert s["chosen"]["dense"] is not None and s["outcome"] in ("faster", "slower", "unclear")
+            # a dense point at its sweep's end might be beaten further on: never a win for HetDPT
+            assert s["censored"] == (s["chosen"]["dense"] == settings[-1])
+            assert not (s["censored"] and s["outcome"] == "faster")
             assert (s["duel"] is None) == (s["chosen"]["HetDPT"] is None)
     budget_rows = next(c for c in report["claims"] if c["id"] == "hiap-budget")["budget"]
     assert [b["seed"] for b in budget_rows] == [0, 1]

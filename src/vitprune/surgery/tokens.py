@@ -15,8 +15,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from vitprune.adapters import get_adapter
-from vitprune.adapters.base import ViTAdapter
+from vitprune.adapters import ViTAdapter, get_adapter
 from vitprune.adapters.tokens import TokenOp, TokenSelection
 from vitprune.errors import VitpruneError
 from vitprune.recipe.edits import register_edit
