@@ -29,11 +29,9 @@ COMMANDS = {
              "--lrp-images", "16", "--epochs", "1", "-b", "16"],
     "width": ["prune", "width", "{model}", "--data", "digits", "-p", "0.3", "--importance", "taylor",
               "--taylor-batches", "3", "--taylor-batch-size", "16"],
-    # The chain command's path: HetDPT with its Stage 2, taylor width pruning to 1.8 MMACs, the width fine-tune.
-    "hetdpt+": ["prune", "hetdpt+", "{model}", "--data", "digits", "-k", "2", "--split", "1,1", "--preset", "digits",
-                "--search-epochs", "1", "--epochs", "1", "-b", "16", "--target-macs", "1.8M", "--importance", "taylor",
-                "--taylor-batches", "3", "--taylor-batch-size", "16"],
 }
+# HetDPT+ (HetDPT then width, through the chain runner) is not repeated here (36 s): its two methods are above, and
+# the chain runner under torchrun is test_compare_under_torchrun_matches_one_process's (every arm is a chain).
 
 
 @pytest.fixture(scope="module")
