@@ -121,7 +121,7 @@ class Budget:
     #: (each sweep starts with the model itself, r 0 or keep rate 1), the operating point's top-1 floor in points
     #: below the lower of the dense and HetDPT top-1 (the paper's example sits 0.9 below the dense model), and the
     #: paired timing (batch, pairs) against the dense checkpoint.
-    fig8_tome: list[int] = field(default_factory=lambda: list(range(12)))
+    fig8_tome: list[int] = field(default_factory=lambda: list(range(17)))
     fig8_star: list[float] = field(default_factory=lambda: [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
     fig8_floor: float = 1.0
     fig8_batch: int = 64
@@ -804,7 +804,7 @@ def fig8_claims(r: Runner, control_table: dict[str, Any], hetdpt_table: dict[str
     other in alternating pairs. The rule, fixed before the three-seed run: the claim *holds* when HetDPT's operating
     point is faster in every seed (the lower quartile of the pairs' ratios above 1) and the dense curve's is not its
     sweep's last point (it might be faster further on), *does not hold* when HetDPT's is slower in every seed (the
-    upper quartile below 1), else *inconclusive*. The sweeps run until few tokens are left (r 11 under the per-block
+    upper quartile below 1), else *inconclusive*. The sweeps run until few tokens are left (r 16 under the per-block
     cap, ρ 0.1)."""
     target = r.dense_macs * r.b.depth_share
     dense_top1 = dict(zip(r.b.seeds, top1(control_table["rows"], "pruned", r.images_count), strict=True))
