@@ -789,8 +789,8 @@ def composition_claims(r: Runner, star_table: dict[str, Any]) -> tuple[list[dict
 # ---------------------------------------------------------------------------------------------------- Fig. 8
 
 
-def fig8_claims(r: Runner, control_table: dict[str, Any], hetdpt_table: dict[str, Any],
-                star_table: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def fig8_claims(r: Runner, hetdpt_table: dict[str, Any], star_table: dict[str, Any]
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """HetDPT's Fig. 8: at matched top-1, HetDPT + token reduction is faster than the dense model + token reduction.
 
     Per seed, ToMe's merge count and STAR's keep rate are swept on the dense checkpoint and on HetDPT's (the Step 2
@@ -807,7 +807,6 @@ def fig8_claims(r: Runner, control_table: dict[str, Any], hetdpt_table: dict[str
     upper quartile below 1), else *inconclusive*. The sweeps run until few tokens are left (r 16 under the per-block
     cap, ρ 0.1)."""
     target = r.dense_macs * r.b.depth_share
-    dense_top1 = dict(zip(r.b.seeds, top1(control_table["rows"], "pruned", r.images_count), strict=True))
 
     def hetdpt(seed: int) -> nn.Module:
         def build() -> nn.Module:
@@ -853,7 +852,8 @@ def fig8_claims(r: Runner, control_table: dict[str, Any], hetdpt_table: dict[str
         seeds, a_rows, b_rows = {}, [], []
         for seed in r.b.seeds:
             curves = {base: [point(reducer, base, seed, x) for x in settings] for base in bases}
-            floor = min(dense_top1[seed], curves["HetDPT"][0]["top1"]) - r.b.fig8_floor
+            # Each sweep's first point is its model itself (r 0, keep rate 1): the dense and the HetDPT top-1.
+            floor = min(curve[0]["top1"] for curve in curves.values()) - r.b.fig8_floor
             chosen = {base: max((p for p in curve if p["top1"] >= floor), key=lambda p: p["speedup"], default=None)
                       for base, curve in curves.items()}
             duel = None
@@ -926,7 +926,7 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
         hiap, hiap_table = hiap_claims(r)
         plus, _ = hetdpt_plus_claims(r, hetdpt_table)
         compose, _ = composition_claims(r, star_table)
-        fig8, fig8_table = fig8_claims(r, control_table, hetdpt_table, star_table)
+        fig8, fig8_table = fig8_claims(r, hetdpt_table, star_table)
     used = {name: u for name, u in units.items() if u.get("key") in {r.key(f, s) for f in r.code for s in budget.seeds}}
     this_call = time.perf_counter() - start
     if r.measured:  # the calls that measured something make up the run's wall time
