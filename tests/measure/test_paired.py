@@ -1,5 +1,5 @@
-"""Paired statistics: a gap that two separate intervals hide, McNemar's agreement, seeds as a sample, Holm, and
-equivalence by a margin."""
+"""Paired statistics: a gap that two separate intervals hide, McNemar's agreement, seeds as a sample (and the
+false verdicts a null simulation draws), Holm, and equivalence by a margin."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import binomtest, norm, ttest_1samp
 
-from vitprune.measure.paired import PairedDifference, decide, holm, paired_difference, paired_metric_difference
+from vitprune.measure.paired import (PairedDifference, _summary, decide, holm, judge, paired_difference,
+                                     paired_metric_difference)
 
 
 def _arms(images: int, both: int, only_a: int, only_b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,6 +65,75 @@ def test_a_seed_that_disagrees_is_not_averaged_away():
     assert pooled.p_greater < 0.001
     assert crossed.p_greater > 0.1 and crossed.low < 0
     assert decide([crossed], ["better"]) == ["inconclusive"]
+    # the t-test over the three seeds' differences (+5, -4, +5) says the same, and it is the larger p: it decides
+    assert crossed.seed_p_greater == pytest.approx(ttest_1samp([5, -4, 5], 0, alternative="greater").pvalue)
+    assert crossed.decided_by("greater") == "seeds" and crossed.p("greater") == crossed.seed_p_greater
+
+
+def test_the_seed_level_tests_are_students():
+    """Each seed-level p-value is the t-test of its hypothesis on the per-seed differences, the interval the t
+    interval."""
+    rows = [_arms(1000, 800, gain, 0) for gain in (30, 12, 21, 25)]  # +3.0, +1.2, +2.1, +2.5 points
+    d = paired_difference(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]), resamples=2000)
+    per_seed = np.array([3.0, 1.2, 2.1, 2.5])
+    assert d.seed_p_greater == pytest.approx(ttest_1samp(per_seed, 0, alternative="greater").pvalue)
+    assert d.seed_p_less == pytest.approx(ttest_1samp(per_seed, 0, alternative="less").pvalue)
+    assert d.seed_p_inferior == pytest.approx(ttest_1samp(per_seed, -1, alternative="greater").pvalue)
+    assert d.seed_p_equivalent == pytest.approx(max(ttest_1samp(per_seed, -1, alternative="greater").pvalue,
+                                                    ttest_1samp(per_seed, 1, alternative="less").pvalue))
+    low, high = ttest_1samp(per_seed, 0).confidence_interval(0.95)
+    assert (d.seed_low, d.seed_high) == pytest.approx((low, high))
+    # one seed: the images are the only sample, and they decide
+    single = paired_difference(rows[0][0], rows[0][1], resamples=2000)
+    assert single.seed_p_greater is None and single.p("greater") == single.p_greater
+    assert single.decided_by("greater") == "images"
+
+
+def _null_rates(seeds: int, spread: float, draws: int = 400) -> tuple[int, int]:
+    """How many of ``draws`` simulated comparisons with no effect get a directional verdict: by :func:`judge`, and
+    by the image bootstrap alone at one-sided 0.05 (the claims page's rule before seeds were a sample). Each seed's
+    true difference is drawn around 0 with SD ``spread`` points; 400 images, most of them scored alike by both arms
+    (paired arms agree on most images)."""
+    rng = np.random.default_rng(int(100 * spread) + seeds)
+    verdicts = bootstrap_only = 0
+    for k in range(draws):
+        delta = rng.normal(0, spread, seeds)[:, None] / 100
+        hard = rng.uniform(0.5, 1.0, 400)
+        u = rng.random((seeds, 400))
+        other = np.where(rng.random((seeds, 400)) < 0.2, rng.random((seeds, 400)), u)
+        a, b = u < np.clip(hard + delta / 2, 0, 1), other < np.clip(hard - delta / 2, 0, 1)
+        d = paired_difference(a, b, resamples=250, seed=k)
+        verdicts += judge([d], ["better"])[0].verdict in ("holds", "does not hold")
+        bootstrap_only += min(d.p_greater, d.p_less) < 0.05
+    return verdicts, bootstrap_only
+
+
+# Three seeds are the worst case (27 seed draws) and run in the fast lane; six, the claims page's, in the slow one.
+@pytest.mark.parametrize("seeds", [3, pytest.param(6, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("spread", [0.0, 1.0, 2.0, 4.0])
+def test_false_verdicts_stay_within_the_level(seeds, spread):
+    """Null data (no effect on average over checkpoints, each checkpoint off by ``spread``): directional verdicts
+    are not shown to exceed 5% (a one-sided binomial test on 400 draws; an exact 5% rate would pass it 99% of the
+    time). The image bootstrap alone, at a spread of 4 points between three checkpoints, is shown to exceed it:
+    what the seed-level test is for."""
+    verdicts, bootstrap_only = _null_rates(seeds, spread)
+    assert binomtest(verdicts, 400, 0.05, alternative="greater").pvalue > 0.01, verdicts / 400
+    if seeds == 3 and spread == 4.0:
+        assert binomtest(bootstrap_only, 400, 0.05, alternative="greater").pvalue < 0.001, bootstrap_only / 400
+
+
+def test_beyond_the_margin_is_a_folded_test():
+    """p_beyond tests "the difference lies within ±margin" at the margin on the estimate's side: with normal draws
+    it is the folded normal's tail, about the one-sided share when the other side is far (doubling that share, the
+    rule before, tested at half the level)."""
+    se = 0.5
+    draws = norm.ppf(np.linspace(0.5, 199_999.5, 200_000) / 200_000) * se
+    for effect in (1.9, 1.2, 0.3, -1.9):
+        got = _summary(effect, effect + draws, np.array([effect]), 1.0, 0.95, 100, 0.1).p_beyond
+        far = abs(effect)
+        assert got == pytest.approx(norm.sf((far - 1) / se) + norm.cdf((-far - 1) / se), abs=2e-4)
+    near = _summary(1.9, 1.9 + draws, np.array([1.9]), 1.0, 0.95, 100, 0.1)
+    assert near.p_beyond == pytest.approx(norm.sf(0.9 / se), abs=1e-3)  # the one-sided share, not twice it
 
 
 def test_seeds_that_agree_keep_their_resolution():
@@ -84,8 +154,22 @@ def test_holm_turns_a_lone_significance_into_none():
         return PairedDifference(
             effect=1.0, low=0.1, high=2.0, p_greater=p, p_less=1 - p, p_equivalent=1.0, p_beyond=1.0, margin=1.0,
             seeds=1, images=1000, discordant=0.01)
-    assert decide([at(0.03)], ["better"]) == ["holds"]
-    assert decide([at(0.03), at(0.5), at(0.6)], ["better"] * 3) == ["inconclusive"] * 3
+    assert decide([at(0.02)], ["better"]) == ["holds"]
+    assert decide([at(0.02), at(0.5), at(0.6)], ["better"] * 3) == ["inconclusive"] * 3
+    # each direction at half the level: 0.03 is a significant gain one-sided, not a verdict two-sided
+    assert decide([at(0.03)], ["better"]) == ["inconclusive"]
+
+
+def test_a_judgement_names_the_test_that_decided():
+    """A "does not hold" shows the p of the direction that decided it (B better), Holm-adjusted, not the claimed
+    direction's."""
+    a, b = _arms(1000, 800, 0, 40)  # B right on 40 more images
+    worse, noise = paired_difference(a, b), paired_difference(*_arms(1000, 800, 5, 5))
+    verdict, other = judge([worse, noise], ["better", "better"])
+    assert (verdict.verdict, verdict.test, verdict.sample) == ("does not hold", "less", "images")
+    # two-sided: the one-sided p doubled, then Holm over the two comparisons
+    assert verdict.p == 2 * worse.p_less and verdict.p_holm == pytest.approx(min(1, 4 * worse.p_less))
+    assert (other.verdict, other.test, other.p) == ("equivalent", "equivalent", noise.p_equivalent)
 
 
 def test_equivalence_by_margin():

@@ -3,11 +3,12 @@
 Matching MACs favours the methods whose MAC savings do not all turn into speed (token pruning keeps every weight), so
 the most accurate arm is not what a user deploys for. Under the ``speed`` objective the pick is the fastest arm on
 target whose top-1 is shown to be *not worse* than the most accurate arm's by more than the tolerance: a one-sided
-paired test of "worse by the tolerance or more" (:attr:`~vitprune.measure.paired.PairedDifference.p_inferior`),
-Holm-corrected over the arms tested, at :data:`~vitprune.measure.paired.ALPHA`. Under ``accuracy`` it is the most
-accurate arm, with the speed that costs. Either way the pick is then compared with every other scored arm and the
-dense control (:func:`~vitprune.measure.paired.decide`, Holm within the target): *better*, *equivalent* (within the
-tolerance), *worse* or *inconclusive*.
+paired test of "worse by the tolerance or more" (:meth:`~vitprune.measure.paired.PairedDifference.p`
+``("inferior")``: over images, and over seeds too where there are several), Holm-corrected over the arms tested, at
+:data:`~vitprune.measure.paired.ALPHA`. Under ``accuracy`` it is the most accurate arm, with the speed that costs.
+Either way the pick is then compared with every other scored arm and the dense control
+(:func:`~vitprune.measure.paired.decide`, Holm within the target): *better* or *worse* (two-sided), *equivalent*
+(within the tolerance) or *inconclusive*.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def choose(arms: list[ArmResult], control: ArmResult | None, scores: Callable[[A
     best = max(met, key=lambda arm: (arm.top1, _speed(arm)))
     others = [arm for arm in met if arm is not best]
     tests = [paired_difference(scores(arm), scores(best), margin=tolerance) for arm in others]
-    adjusted = holm([test.p_inferior for test in tests])
+    adjusted = holm([test.p("inferior") for test in tests])
     within = [best, *(arm for arm, p in zip(others, adjusted) if p < ALPHA)]
     fastest = max(within, key=lambda arm: (_speed(arm), arm.top1))
     measured = any(arm.speedup is not None for arm in met)
@@ -56,7 +57,7 @@ def choose(arms: list[ArmResult], control: ArmResult | None, scores: Callable[[A
         "why": _why(chosen, best, fastest, objective, tolerance, measured),
         "most_accurate": best.arm,
         "within_tolerance": [arm.arm for arm in within],
-        "non_inferiority": [{"arm": arm.arm, "p_inferior": test.p_inferior, "p_holm": p}
+        "non_inferiority": [{"arm": arm.arm, "p_inferior": test.p("inferior"), "p_holm": p}
                             for arm, test, p in zip(others, tests, adjusted)],
         "indistinguishable": [v["b"] for v in verdicts if v["verdict"] in ("equivalent", "inconclusive")],
         "verdicts": verdicts,

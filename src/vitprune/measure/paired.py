@@ -8,14 +8,24 @@ two-way "pigeonhole" bootstrap of Owen, 2007, for crossed random effects). scipy
 axis only, which would treat three seeds' results on one image as independent. With one seed it is a plain paired
 bootstrap over images, which agrees with McNemar's test on the discordant images.
 
+The bootstrap's seed axis is anti-conservative with few seeds: with three, the 27 seed draws agree whenever the
+seeds agree in sign, and the image noise alone then sets the p-value, so an effect that varies between checkpoints
+around zero "holds" far more often than the level says. A verdict about the method, not about these checkpoints,
+also needs the seeds as the sample: every difference carries a seed-level t-test on the per-seed differences (a
+paired t over seeds), and a test *rejects* only when both reject (:meth:`PairedDifference.p`: the larger p
+decides). tests/measure/test_paired.py simulates null data at seed spreads of 0 to 4 points and checks the false
+verdicts stay within the level.
+
 Decisions within one claim are corrected for the number of comparisons with Holm's step-down method
-(:func:`holm`), and "comparable" is decided by an equivalence margin fixed in advance with two one-sided tests, not
-by overlapping intervals.
+(:func:`holm`). A directional verdict is a two-sided test at the level (each direction at half of it), so the 95%
+intervals of a verdict exclude 0 on its side; "comparable" is decided by an equivalence margin fixed in advance
+with two one-sided tests, not by overlapping intervals.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -29,13 +39,18 @@ from vitprune.measure.config import ALPHA, MARGIN
 
 @dataclass(frozen=True)
 class PairedDifference(JsonRecord):
-    """Top-1 (or another score) of arm A minus arm B in points, with its bootstrap distribution's summaries.
+    """Top-1 (or another score) of arm A minus arm B in points, with its bootstrap distribution's summaries and the
+    seed-level t-test's.
 
     ``low`` and ``high`` bound the two-sided ``level`` interval. ``p_greater`` is the one-sided p-value of
     "A is not better" (the share of resampled differences at or below 0), ``p_less`` of "A is not worse",
     ``p_equivalent`` the two one-sided tests' p-value of "the difference lies outside ±``margin``", ``p_beyond``
-    the p-value of "it lies within" (the smaller one-sided share, doubled: either side may be the one), ``p_inferior``
-    the one-sided p-value of "A is worse than B by the margin or more" (a small one shows A non-inferior to B).
+    the p-value of "it lies within" (a folded test at the margin on the estimate's side: the share of resampled
+    differences, shifted to centre there, at least as far from 0 as the estimate), ``p_inferior`` the one-sided
+    p-value of "A is worse than B by the margin or more" (a small one shows A non-inferior to B).
+
+    The ``seed_*`` fields are the same tests over the per-seed differences (Student's t, ``seeds - 1`` degrees of
+    freedom) and the t interval; ``None`` with one seed, where the images are the only sample.
     """
 
     effect: float
@@ -51,6 +66,28 @@ class PairedDifference(JsonRecord):
     discordant: float
     #: A record stored before it was kept reads as not shown.
     p_inferior: float = 1.0
+    seed_low: float | None = None
+    seed_high: float | None = None
+    seed_p_greater: float | None = None
+    seed_p_less: float | None = None
+    seed_p_equivalent: float | None = None
+    seed_p_beyond: float | None = None
+    seed_p_inferior: float | None = None
+
+    def p(self, test: str) -> float:
+        """The deciding p-value of ``test`` (``greater``, ``less``, ``equivalent``, ``beyond`` or ``inferior``):
+        the larger of the image-level bootstrap's and the seed-level t-test's, so a rejection needs both (with one
+        seed, the bootstrap's)."""
+        return max(getattr(self, f"p_{test}"), self.seed_p(test))
+
+    def seed_p(self, test: str) -> float:
+        """The seed-level t-test's p-value of ``test`` (0 with one seed: it never decides then)."""
+        value = getattr(self, f"seed_p_{test}")
+        return 0.0 if value is None else value
+
+    def decided_by(self, test: str) -> str:
+        """Which sample decides ``test``: ``"seeds"`` where the t-test's p is the larger, else ``"images"``."""
+        return "seeds" if self.seed_p(test) > getattr(self, f"p_{test}") else "images"
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, level: float = 0.95,
@@ -71,7 +108,7 @@ def paired_difference(a: np.ndarray, b: np.ndarray, *, margin: float = MARGIN, l
     # weights form: the mean over a resample is w_seeds @ diff @ w_images / (seeds * images)
     for chunk, w_seeds, w_images in _weights(seeds, images, resamples, seed):
         draws[chunk] = np.einsum("bs,si,bi->b", w_seeds, diff, w_images) / (seeds * images)
-    return _summary(float(diff.mean()), draws, margin, level, seeds, images, float(np.mean(a != b)))
+    return _summary(float(diff.mean()), draws, diff.mean(axis=1), margin, level, images, float(np.mean(a != b)))
 
 
 def paired_metric_difference(a: np.ndarray, b: np.ndarray, metric: Callable[[np.ndarray], np.ndarray], *,
@@ -91,12 +128,13 @@ def paired_metric_difference(a: np.ndarray, b: np.ndarray, metric: Callable[[np.
     if a.shape != b.shape or a.ndim != 3:
         raise ValueError(f"paired arms need [seeds, images, counts] of one shape, got {a.shape} and {b.shape}")
     seeds, images, _ = a.shape
-    effect = float(np.mean(metric(a.sum(axis=1)) - metric(b.sum(axis=1))))
+    by_seed = metric(a.sum(axis=1)) - metric(b.sum(axis=1))
     draws = np.empty(resamples)
     for chunk, w_seeds, w_images in _weights(seeds, images, resamples, seed):
         per_seed = (metric(np.einsum("bi,sik->bsk", w_images, a)) - metric(np.einsum("bi,sik->bsk", w_images, b)))
         draws[chunk] = np.einsum("bs,bs->b", w_seeds, per_seed) / seeds
-    return _summary(effect, draws, margin, level, seeds, images, float(np.mean((a != b).any(axis=2))))
+    return _summary(float(np.mean(by_seed)), draws, by_seed, margin, level, images,
+                    float(np.mean((a != b).any(axis=2))))
 
 
 def _weights(seeds: int, images: int, resamples: int, seed: int
@@ -111,10 +149,10 @@ def _weights(seeds: int, images: int, resamples: int, seed: int
         yield slice(start, start + n), w_seeds, w_images
 
 
-def _summary(effect: float, draws: np.ndarray, margin: float, level: float, seeds: int, images: int,
+def _summary(effect: float, draws: np.ndarray, by_seed: np.ndarray, margin: float, level: float, images: int,
              discordant: float) -> PairedDifference:
     """The interval and p-values of ``draws``: resampled differences beyond the null value, counted with the usual
-    +1 so none is 0."""
+    +1 so none is 0; and the seed-level tests of ``by_seed`` (each seed's difference)."""
     resamples = len(draws)
     tail = (1 - level) / 2
     low, high = np.quantile(draws, [tail, 1 - tail])
@@ -123,11 +161,44 @@ def _summary(effect: float, draws: np.ndarray, margin: float, level: float, seed
         return float((count + 1) / (resamples + 1))
 
     below, above = p(int(np.sum(draws <= -margin))), p(int(np.sum(draws >= margin)))
-    beyond = min(1.0, 2 * min(p(int(np.sum(draws <= margin))), p(int(np.sum(draws >= -margin)))))
+    # Folded at the margin on the estimate's side: under "the difference is exactly the margin", how often is an
+    # estimate at least as far from 0 as this one? (Doubling the one-sided share would test at half the level.)
+    shifted = draws - effect + math.copysign(margin, effect)
+    beyond = p(int(np.sum(np.abs(shifted) >= abs(effect))))
     return PairedDifference(effect=effect, low=float(low), high=float(high),
                             p_greater=p(int(np.sum(draws <= 0))), p_less=p(int(np.sum(draws >= 0))),
-                            p_equivalent=max(below, above), p_beyond=beyond, margin=margin, seeds=seeds, images=images,
-                            discordant=discordant, p_inferior=below)
+                            p_equivalent=max(below, above), p_beyond=beyond, margin=margin, seeds=len(by_seed),
+                            images=images, discordant=discordant, p_inferior=below,
+                            **_seed_tests(np.asarray(by_seed, dtype=np.float64), margin, level))
+
+
+def _seed_tests(by_seed: np.ndarray, margin: float, level: float) -> dict[str, float | None]:
+    """The t-tests over the per-seed differences ``by_seed`` (points): the same hypotheses as the bootstrap's, and
+    the t interval. None with one seed; with seeds that agree exactly, the tests are decided by the sign alone."""
+    n = len(by_seed)
+    if n < 2:
+        return {}
+    from scipy.stats import t as student  # scipy.stats takes a moment to import: only where seeds are compared
+    mean, se = float(by_seed.mean()), float(by_seed.std(ddof=1)) / math.sqrt(n)
+    df = n - 1
+
+    def above(x: float) -> float:  # P(T >= (mean - x) / se) under the mean x: p of "the mean is at most x"
+        if se == 0:
+            return 0.0 if mean > x else 1.0
+        return float(student.sf((mean - x) / se, df))
+
+    def below(x: float) -> float:
+        if se == 0:
+            return 0.0 if mean < x else 1.0
+        return float(student.cdf((mean - x) / se, df))
+
+    far = abs(mean)
+    folded = 0.0 if se == 0 and far > margin else 1.0 if se == 0 else float(
+        student.sf((far - margin) / se, df) + student.cdf((-far - margin) / se, df))
+    half = float(student.ppf(0.5 + level / 2, df)) * se
+    return {"seed_low": mean - half, "seed_high": mean + half, "seed_p_greater": above(0.0), "seed_p_less": below(0.0),
+            "seed_p_equivalent": max(above(-margin), below(margin)), "seed_p_beyond": min(1.0, folded),
+            "seed_p_inferior": above(-margin)}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -143,35 +214,70 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def decide(differences: Sequence[PairedDifference], kinds: Sequence[str], *, alpha: float = ALPHA) -> list[str]:
-    """The verdict of each comparison in one claim, Holm-corrected over the claim's comparisons.
+@dataclass(frozen=True)
+class Judgement:
+    """One comparison's verdict and the test that gave it: ``test`` is the hypothesis its p-value is for
+    (``greater``: A better; ``less``: B better; ``equivalent``: within the margin; ``beyond``: outside it), ``p``
+    the deciding p-value (:meth:`PairedDifference.p`; doubled for ``greater`` and ``less``, a directional verdict
+    being two-sided), ``p_holm`` Holm's adjustment of it within the claim (held against the level), ``sample``
+    which sample decided (``images`` or ``seeds``)."""
+
+    verdict: str
+    test: str
+    p: float
+    p_holm: float
+    sample: str
+
+
+#: How much of the level each test spends: a directional verdict is two-sided (either direction may come out).
+_SIDES = {"greater": 2, "less": 2, "equivalent": 1, "beyond": 1}
+
+
+def judge(differences: Sequence[PairedDifference], kinds: Sequence[str], *, alpha: float = ALPHA
+          ) -> list[Judgement]:
+    """The verdict of each comparison in one claim, Holm-corrected over the claim's comparisons, with the test that
+    decided it.
 
     ``kinds[i]`` is ``"better"`` (the claim: A beats B) or ``"comparable"`` (A is within the margin of B).
-    A "better" comparison *holds* when A's gain is significant, *does not hold* when B's is, is *equivalent*
-    when neither is but the difference is shown to lie within the margin, and is *inconclusive* otherwise. A
+    A "better" comparison *holds* when A's gain is significant, *does not hold* when B's is (two-sided: the
+    one-sided p doubled, so either verdict's 95% intervals exclude 0), is *equivalent* when neither is but the
+    difference is shown to lie within the margin (two one-sided tests), and is *inconclusive* otherwise. A
     "comparable" one *holds* when equivalence is shown and *does not hold* when the difference is shown to exceed
-    the margin (``p_beyond``).
+    the margin (the folded test). Every p-value is the deciding one (images and seeds must both reject), Holm-adjusted
+    within its family and held against ``alpha``.
     """
     if len(differences) != len(kinds):
         raise ValueError("one kind per comparison")
     for kind in kinds:
         if kind not in ("better", "comparable"):
             raise ValueError(f"unknown comparison kind {kind!r}")
-    claimed = holm([d.p_greater if k == "better" else d.p_equivalent for d, k in zip(differences, kinds)])
-    against = holm([d.p_less if k == "better" else d.p_beyond for d, k in zip(differences, kinds)])
-    equivalent = holm([d.p_equivalent for d in differences])
-    verdicts = []
-    for i, kind in enumerate(kinds):
-        if claimed[i] < alpha:
-            verdicts.append("holds")
-        elif against[i] < alpha:
-            verdicts.append("does not hold")
-        elif kind == "better" and equivalent[i] < alpha:
-            verdicts.append("equivalent")
-        else:
-            verdicts.append("inconclusive")
-    return verdicts
+    tests = {"better": ("greater", "less"), "comparable": ("equivalent", "beyond")}
 
+    def deciding(d: PairedDifference, test: str) -> float:
+        return min(1.0, _SIDES[test] * d.p(test))
+    claimed = [deciding(d, tests[k][0]) for d, k in zip(differences, kinds)]
+    against = [deciding(d, tests[k][1]) for d, k in zip(differences, kinds)]
+    equivalent = [deciding(d, "equivalent") for d in differences]
+    adjusted = {name: holm(values) for name, values in
+                (("claimed", claimed), ("against", against), ("equivalent", equivalent))}
+    judgements = []
+    for i, (d, kind) in enumerate(zip(differences, kinds)):
+        claim_test, against_test = tests[kind]
+        if adjusted["claimed"][i] < alpha:
+            verdict, test, family = "holds", claim_test, "claimed"
+        elif adjusted["against"][i] < alpha:
+            verdict, test, family = "does not hold", against_test, "against"
+        elif kind == "better" and adjusted["equivalent"][i] < alpha:
+            verdict, test, family = "equivalent", "equivalent", "equivalent"
+        else:
+            verdict, test, family = "inconclusive", claim_test, "claimed"
+        judgements.append(Judgement(verdict, test, deciding(d, test), adjusted[family][i], d.decided_by(test)))
+    return judgements
+
+
+def decide(differences: Sequence[PairedDifference], kinds: Sequence[str], *, alpha: float = ALPHA) -> list[str]:
+    """The verdicts of :func:`judge` alone."""
+    return [j.verdict for j in judge(differences, kinds, alpha=alpha)]
 
 
 def top1_interval(correct: np.ndarray, level: float = 0.95, *, resamples: int = 10_000,
