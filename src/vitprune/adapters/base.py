@@ -597,6 +597,12 @@ class DenseFeatures(ABC):
         covers the whole patch grid.
         """
 
+    def feature_modules(self) -> list[str]:
+        """The name in the model of the module each map of :meth:`intermediates` (``indices=None``) comes from:
+        its blocks' (a staged family names its stages)."""
+        named = {id(module): name for name, module in self.model.named_modules()}
+        return [named[id(block.module)] for block in self.blocks()]
+
 
 class InputResize(ABC):
     """``input_resize``: the model can take images of another size, as detection and segmentation fine-tunes do (a

@@ -68,6 +68,10 @@ class TimmModel:
                       norm: bool = False) -> list[torch.Tensor]:
         return self.model.forward_intermediates(images, indices=indices, norm=norm, intermediates_only=True)
 
+    def feature_modules(self) -> list[str]:
+        info = getattr(self.model, "feature_info", None)  # timm's own record of where each map comes from
+        return [x["module"] for x in info] if info else super().feature_modules()
+
 
 def merge_mlp_linear(mlp: nn.Module, linear: nn.Linear) -> None:
     """Make timm's ``Mlp`` the one Linear ``linear``."""
