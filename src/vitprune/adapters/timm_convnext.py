@@ -22,7 +22,7 @@ from timm.layers import LayerNorm2d, Mlp
 from timm.models.convnext import ConvNeXt, ConvNeXtBlock
 from torch import nn
 
-from vitprune.adapters.base import ActivationRemoval, BlockView, FFNWidth, Gates, MlpView
+from vitprune.adapters.base import ActivationRemoval, BlockView, FFNWidth, Gates, InputResize, MlpView
 from vitprune.adapters.channels import reject, unwrap
 from vitprune.adapters.timm_staged import TimmStagedAdapter
 from vitprune.adapters.timm_vit import check_mlp, merge_mlp_linear
@@ -72,7 +72,7 @@ class LayerScaleView(nn.Module):
         return x * self.gamma
 
 
-class ConvNeXtAdapter(TimmStagedAdapter, ActivationRemoval, FFNWidth, Gates):
+class ConvNeXtAdapter(TimmStagedAdapter, ActivationRemoval, FFNWidth, Gates, InputResize):
     """timm ``ConvNeXt`` whose blocks are ``ConvNeXtBlock`` with timm's channels-last Linear MLP."""
 
     family = "timm-convnext"
@@ -97,6 +97,11 @@ class ConvNeXtAdapter(TimmStagedAdapter, ActivationRemoval, FFNWidth, Gates):
             check_mlp(f"{view_name}.mlp", block.mlp)
             if not isinstance(block.shortcut, nn.Identity):
                 raise reject(view_name, block, "a block that changes width or stride is not supported")
+
+    def set_input_size(self, height: int, width: int) -> None:
+        # A convolutional network has no grid to resample: any size its stride tiles runs with the same weights.
+        self._check_size(height, width)
+        self._record_size(height, width)
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

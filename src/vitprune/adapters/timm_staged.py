@@ -38,6 +38,16 @@ class TimmStagedAdapter(TimmModel, ViTAdapter, DenseFeatures):
     def input_size(self) -> tuple[int, int, int]:
         return tuple(resolve_model_data_config(self.model)["input_size"])
 
+    def _check_size(self, height: int, width: int) -> None:
+        """Refuse a size that the last stage's cells do not tile (each stage halves the grid)."""
+        stride = self.model.feature_info[-1]["reduction"]
+        if height % stride or width % stride:
+            raise ValueError(f"{height}x{width} images are not tiled by the last stage's {stride}x{stride}-pixel cells")
+
+    def _record_size(self, height: int, width: int) -> None:
+        """The model's data config (what :attr:`input_size` reads, as timm's data pipeline does) says the new size."""
+        self.model.pretrained_cfg = {**self.model.pretrained_cfg, "input_size": (self.input_size[0], height, width)}
+
     @property
     def num_features(self) -> int:
         return self.model.num_features

@@ -24,8 +24,8 @@ from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock, 
 from torch import nn
 
 from vitprune.adapters.base import (
-    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, FFNWidth, Gates, HeadWidth, MlpView,
-    OutputActivation,
+    QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, FFNWidth, Gates, HeadWidth, InputResize,
+    MlpView, OutputActivation,
 )
 from vitprune.adapters.channels import reject, slice_parameter, unwrap
 from vitprune.adapters.timm_staged import TimmStagedAdapter
@@ -79,7 +79,7 @@ def _check_attention(path: str, attn: nn.Module | None) -> None:
 
 
 class SwinAdapter(TimmStagedAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth, HeadWidth,
-                  Gates):
+                  Gates, InputResize):
     """timm ``SwinTransformer`` whose blocks are ``SwinTransformerBlock`` (or what depth surgery leaves of one)."""
 
     family = "timm-swin"
@@ -94,6 +94,19 @@ class SwinAdapter(TimmStagedAdapter, AttentionRemoval, ActivationRemoval, Output
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         check_blocks(self._blocks(), (SwinTransformerBlock, SwinDepthBlock), "SwinTransformerBlock", _check_attention)
+
+    def set_input_size(self, height: int, width: int) -> None:
+        self._check_size(height, width)
+        # Each stage keeps its windows (their relative position biases stay as trained), so its grid must be a
+        # whole number of them; timm's own resize then recomputes the grids, shifts and attention masks.
+        windows = [tuple(stage.blocks[0].window_size) for stage in self.model.layers]
+        for s, (info, window) in enumerate(zip(self.model.feature_info, windows, strict=True)):
+            grid = (height // info["reduction"], width // info["reduction"])
+            if grid[0] % window[0] or grid[1] % window[1]:
+                raise ValueError(f"{height}x{width} images give stage {s} a {grid[0]}x{grid[1]} grid, which its "
+                                 f"{window[0]}x{window[1]} windows do not tile")
+        self.model.set_input_size(img_size=(height, width), window_size=windows)
+        self._record_size(height, width)
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:

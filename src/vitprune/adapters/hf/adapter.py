@@ -18,7 +18,7 @@ from torch import nn
 
 from vitprune.adapters.base import (
     QKV, ActivationRemoval, AttentionRemoval, AttentionView, BlockView, DenseFeatures, EmbedWidth, FFNWidth, Gates,
-    HeadWidth, LRPRelevance, MlpView, OutputActivation, TokenReduction, ValueWidth, ViTAdapter,
+    HeadWidth, InputResize, LRPRelevance, MlpView, OutputActivation, TokenReduction, ValueWidth, ViTAdapter,
 )
 from vitprune.adapters.channels import (linear_modules, parameters_named, reject, set_mlp_linears, set_prenorm,
                                          slice_conv_outputs, slice_head_inputs, slice_norm, slice_parameter, unwrap)
@@ -55,7 +55,7 @@ def _is_attention(module: nn.Module) -> bool:
 
 
 class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActivation, FFNWidth, HeadWidth, ValueWidth,
-                   EmbedWidth, TokenReduction, LRPRelevance, Gates, DenseFeatures):
+                   EmbedWidth, TokenReduction, LRPRelevance, Gates, DenseFeatures, InputResize):
     """transformers' ``ViTForImageClassification``, ``DeiTForImageClassification`` and
     ``DeiTForImageClassificationWithTeacher``, wrapped in :class:`HFImageClassifier`.
 
@@ -160,6 +160,22 @@ class HFViTAdapter(ViTAdapter, AttentionRemoval, ActivationRemoval, OutputActiva
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         return self._embeddings(images)
+
+    def set_input_size(self, height: int, width: int) -> None:
+        emb = self._embeddings
+        pe = emb.patch_embeddings
+        if height % pe.patch_size[0] or width % pe.patch_size[1]:
+            raise ValueError(f"{height}x{width} images are not tiled by the model's {pe.patch_size[0]}x"
+                             f"{pe.patch_size[1]} patches")
+        grid = (height // pe.patch_size[0], width // pe.patch_size[1])
+        tokens = torch.zeros(1, self.num_prefix_tokens + grid[0] * grid[1], self.embed_dim)
+        with torch.no_grad():  # transformers' own resampling (bicubic), the one its interpolate_pos_encoding runs
+            resampled = emb.interpolate_pos_encoding(tokens, height, width).clone()
+        emb.position_embeddings = nn.Parameter(resampled, requires_grad=emb.position_embeddings.requires_grad)
+        pe.image_size, pe.num_patches = (height, width), grid[0] * grid[1]
+        if hasattr(emb, "image_size"):  # ViT's embeddings check the images' size against their own copy
+            emb.image_size = (height, width)
+        self.model.hf.config.image_size = [height, width]  # what a transformers save (write_pretrained) says
 
     def _pool_normed(self, x: torch.Tensor) -> torch.Tensor:
         # A classifier with a distillation head reads the [CLS] and distillation tokens with one head each and
