@@ -183,21 +183,21 @@ def load_setting(budget: Budget) -> Setting:
 # ---------------------------------------------------------------------------------------------------- the store
 
 
-#: Modules that only judge what the units stored (the statistics run at every render), so a change to them
-#: re-measures nothing.
-RENDER_ONLY = ("measure/paired.py",)
+#: Library modules no unit runs, left out of every key (so a change to them re-measures nothing), and why.
+UNHASHED = {"measure/paired.py": "the statistics, which judge the stored correctness at every render",
+            "data/cluttered_dense.py": "the dense task's dataset, which no claim builds"}
 
 
 def source_hash(parts: tuple[Any, ...]) -> str:
     """Hash of the code in ``parts``: functions and classes of this file (their source) and vitprune's packages or
-    modules (by path below ``vitprune/``, every ``.py`` file under it but :data:`RENDER_ONLY`)."""
+    modules (by path below ``vitprune/``, every ``.py`` file under it but :data:`UNHASHED`)."""
     root = Path(vitprune.__file__).parent
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, str):
             path = root / part
             files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-            for file in (f for f in files if f.relative_to(root).as_posix() not in RENDER_ONLY):
+            for file in (f for f in files if f.relative_to(root).as_posix() not in UNHASHED):
                 digest.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes())
         else:
             digest.update(inspect.getsource(part).encode())

@@ -94,7 +94,15 @@ def _check_intervals(report: dict) -> None:
 
 
 @pytest.mark.slow
-def test_every_claim_gets_a_verdict_on_a_tiny_configuration(claims, page, tmp_path):
+def test_every_claim_gets_a_verdict_on_a_tiny_configuration(claims, page, tmp_path, monkeypatch):
+    import vitprune.data
+    from vitprune.data import cluttered_dense
+
+    def never(*args, **kwargs):
+        raise AssertionError("a claim ran the dense task's code, which the store's keys leave out")
+    monkeypatch.setattr(cluttered_dense.ClutteredDenseDataset, "__init__", never)  # the class, wherever imported
+    for module in (cluttered_dense, vitprune.data):
+        monkeypatch.setattr(module, "collate_dense", never)
     store = tmp_path / "claims.store.json"
     setting, budget = _setting(claims), _budget(claims)
     report = claims.run(setting, budget, store, progress=False)
@@ -219,11 +227,12 @@ def test_the_code_hash_covers_the_library_and_this_files_functions(claims):
     assert {claims.step2, claims.tokens, claims.fig8_claims} <= set(code["fig8"]) and "methods/tome" in code["fig8"]
 
 
-def test_the_statistics_re_measure_nothing(claims, monkeypatch):
-    """The paired statistics run at every render from the stored correctness: changing them keeps every key."""
-    kept = claims.source_hash(("measure",))
-    monkeypatch.setattr(claims, "RENDER_ONLY", ())
-    assert claims.source_hash(("measure",)) != kept
+def test_the_statistics_and_the_dense_task_re_measure_nothing(claims, monkeypatch):
+    """The paired statistics run at every render from the stored correctness, and no claim builds the dense task:
+    changing either keeps every key (the tiny end-to-end run checks that nothing of the dense task runs)."""
+    kept = {part: claims.source_hash((part,)) for part in ("measure", "data")}
+    monkeypatch.setattr(claims, "UNHASHED", {})
+    assert all(claims.source_hash((part,)) != kept[part] for part in kept)
 
 
 def test_pack_round_trip(claims):
