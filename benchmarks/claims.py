@@ -228,6 +228,8 @@ class Runner:
         self.memo: dict[Any, Any] = {}
         self._nested = 0.0
         self.measured = 0
+        #: The units this run read or measured: the page's, and all the store keeps.
+        self.touched: set[str] = set()
 
     def dense(self, seed: int) -> nn.Module:
         return self.s.checkpoints[seed]
@@ -241,6 +243,7 @@ class Runner:
     def unit(self, name: str, compute: Callable[[], Any], *, family: str, seed: int) -> Any:
         """The stored result of ``name``, or ``compute()`` stored under it when missing or stale."""
         key = self.key(family, seed)
+        self.touched.add(name)
         stored = self.units.get(name)
         if stored is None or stored.get("key") != key:
             self.progress.update(self.task, description=name)
@@ -995,6 +998,9 @@ def fig8_claims(r: Runner, hetdpt_table: dict[str, Any], star_table: dict[str, A
     for reducer, settings in (("ToMe", r.b.fig8_tome), ("STAR", r.b.fig8_star)):
         seeds, a_rows, b_rows = {}, [], []
         for seed in r.b.seeds:
+            if reducer == "STAR":  # read even where every point is stored, so that the store keeps them
+                for base in bases:
+                    acs(base, seed)
             curves = {base: [point(reducer, base, seed, x) for x in settings] for base in bases}
             # Each sweep's first point is its model itself (r 0, keep rate 1): the dense and the HetDPT top-1.
             floor = min(curve[0]["held_out"] for curve in curves.values()) - r.b.fig8_floor
@@ -1069,7 +1075,7 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
         hiap, hiap_table = hiap_claims(r)
         plus, _ = hetdpt_plus_claims(r, hetdpt_table)
         fig8, fig8_table = fig8_claims(r, hetdpt_table, star_table)
-    used = {name: u for name, u in units.items() if u.get("key") in {r.key(f, s) for f in r.code for s in budget.seeds}}
+    used = {name: units[name] for name in sorted(r.touched)}
     this_call = time.perf_counter() - start
     if r.measured:  # the calls that measured something make up the run's wall time
         calls.append({"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "measured": r.measured, "seconds": this_call})
