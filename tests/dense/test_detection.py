@@ -10,7 +10,6 @@ import pytest
 import torch
 from test_segmentation import BACKBONES, SIZE, _backbone, assert_fits
 
-import vitprune
 from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
 from vitprune.dense import Segmenter, faster_rcnn
 from vitprune.surgery import prune_depth, prune_tokens, set_input_size

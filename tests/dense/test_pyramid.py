@@ -26,7 +26,10 @@ def test_the_pyramid_resamples_the_last_map_to_four_scales_and_a_pool():
     assert [tuple(m.shape) for m in maps.values()] == [(2, 16, 32, 32), (2, 16, 16, 16), (2, 16, 8, 8), (2, 16, 4, 4),
                                                        (2, 16, 2, 2)]
     assert pyramid.strides == [2, 4, 8, 16, 32] and pyramid.out_channels == 16
-    with pytest.raises(ValueError, match="scales"):
+    wider = SimpleFeaturePyramid(model, 16, scales=(8.0, 0.25), top_pool=False)  # further powers of two
+    assert [tuple(m.shape) for m in wider(torch.randn(1, 1, SIZE, SIZE)).values()] == [(1, 16, 64, 64), (1, 16, 2, 2)]
+    assert wider.strides == [1, 32]
+    with pytest.raises(ValueError, match="scales are powers of two"):
         SimpleFeaturePyramid(model, 16, scales=(3.0,))
 
 

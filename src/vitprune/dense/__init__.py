@@ -1,10 +1,11 @@
-"""Pruned backbones under dense-prediction heads from maintained libraries (torchvision's), on their feature maps
-(:class:`~vitprune.adapters.features.FeatureMaps`)."""
+"""Pruned backbones under dense-prediction heads from maintained libraries (torchvision's detectors and FCN,
+segmentation_models_pytorch's decoders), on their feature maps (:class:`~vitprune.adapters.features.FeatureMaps`)."""
 
 from vitprune.dense.detection import DetectionBackbone, faster_rcnn, mask_rcnn
 from vitprune.dense.metrics import detection_scores, segmentation_scores
 from vitprune.dense.pyramid import SimpleFeaturePyramid
 from vitprune.dense.segmentation import Segmenter
+from vitprune.dense.smp_encoder import PrunedEncoder, register_encoder
 
-__all__ = ["DetectionBackbone", "Segmenter", "SimpleFeaturePyramid", "detection_scores", "faster_rcnn", "mask_rcnn",
-           "segmentation_scores"]
+__all__ = ["DetectionBackbone", "PrunedEncoder", "Segmenter", "SimpleFeaturePyramid", "detection_scores", "faster_rcnn",
+           "mask_rcnn", "register_encoder", "segmentation_scores"]

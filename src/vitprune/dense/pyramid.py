@@ -4,6 +4,7 @@ Object Detection", ECCV 2022, Fig. 2 and §3)."""
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -22,6 +23,8 @@ class SimpleFeaturePyramid(nn.Module):
     """``model``'s feature map after block ``index``, up-sampled x4 (two stride-2 transposed convolutions with a
     channel LayerNorm and GELU between them) and x2 (one), kept (x1) and max-pooled (x1/2), each then projected to
     ``out_channels`` by a 1x1 and a 3x3 convolution, each followed by a channel LayerNorm, as ViTDet builds it.
+    ``scales`` may name other powers of two (x8: three transposed convolutions, x1/4: a 4x4 max pool), which a
+    backbone of another patch size needs to give the same strides.
 
     ``forward(images)`` returns an ordered dict ``"0"``, ``"1"``, ... (one per scale, finest first) and, with
     ``top_pool``, ``"pool"`` (a further stride-2 max pool of the coarsest, for the RPN, as torchvision's FPN
@@ -48,23 +51,25 @@ class SimpleFeaturePyramid(nn.Module):
 
 
 def _level(dim: int, scale: float, out_channels: int) -> nn.Sequential:
-    """One scale of the pyramid: the resampling ViTDet uses for ``scale``, then its two projections."""
-    if scale == 4.0:
-        if dim % 4:
-            raise ValueError(f"a x4 scale halves the channels twice: {dim} is not a multiple of 4")
-        resample = [nn.ConvTranspose2d(dim, dim // 2, 2, stride=2), LayerNorm2d(dim // 2), nn.GELU(),
-                    nn.ConvTranspose2d(dim // 2, dim // 4, 2, stride=2)]
-        channels = dim // 4
-    elif scale == 2.0:
-        if dim % 2:
-            raise ValueError(f"a x2 scale halves the channels: {dim} is not even")
-        resample, channels = [nn.ConvTranspose2d(dim, dim // 2, 2, stride=2)], dim // 2
-    elif scale == 1.0:
-        resample, channels = [], dim
-    elif scale == 0.5:
-        resample, channels = [nn.MaxPool2d(2, stride=2)], dim
-    else:
-        raise ValueError(f"ViTDet's pyramid has the scales {', '.join(map(str, SCALES))}, not {scale}")
+    """One scale of the pyramid: the resampling ViTDet uses for ``scale`` (x4: two transposed convolutions with a
+    LayerNorm and GELU between, x2: one, x1/2: a max pool), extended to any power of two (more of the same), then
+    its two projections."""
+    steps = math.log2(scale) if scale > 0 else math.nan
+    if not steps.is_integer():
+        raise ValueError(f"a pyramid's scales are powers of two (ViTDet's: {', '.join(map(str, SCALES))}), "
+                         f"not {scale}")
+    steps = int(steps)
+    resample: list[nn.Module] = []
+    channels = dim
+    for step in range(steps):
+        if channels % 2:
+            raise ValueError(f"a x{scale:g} scale halves the channels {steps} times: {dim} cannot be")
+        if step:
+            resample += [LayerNorm2d(channels), nn.GELU()]
+        resample.append(nn.ConvTranspose2d(channels, channels // 2, 2, stride=2))
+        channels //= 2
+    if steps < 0:
+        resample.append(nn.MaxPool2d(2 ** -steps, stride=2 ** -steps))
     return nn.Sequential(*resample,
                          nn.Conv2d(channels, out_channels, 1, bias=False), LayerNorm2d(out_channels),
                          nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False), LayerNorm2d(out_channels))

@@ -1,0 +1,124 @@
+"""A pruned model as a segmentation_models_pytorch encoder, so that smp's decoders (``smp.Unet``, ``smp.FPN``,
+``smp.Segformer``, ...) take it by name, as they take timm's models.
+
+smp builds every encoder by name from its registry (``smp.encoders.encoders``); :func:`register_encoder` adds a
+pruned model there, by the directory it was saved to (:func:`vitprune.save`) or as a module, which each smp model
+then gets its own copy of. The weights are the pruned model's: build with ``encoder_weights=None``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitprune.adapters import get_adapter
+from vitprune.adapters.features import FeatureMaps
+from vitprune.dense.pyramid import SimpleFeaturePyramid
+from vitprune.recipe import load
+
+#: The strides smp's decoders expect of an encoder's maps after the input itself: 2, 4, 8, 16, 32.
+STRIDES = tuple(2 ** i for i in range(1, 6))
+
+
+class PrunedEncoder(nn.Module):
+    """``source`` (a pruned model, or the directory it was saved to) under smp's encoder interface: ``forward``
+    returns the input and ``depth`` maps at strides 2, 4, ..., ``2**depth`` (:attr:`out_channels` each).
+
+    A staged family (Swin, ConvNeXt) gives its own maps at strides 4 to 32, and an empty map at stride 2, as smp's
+    timm encoders of these families do. A plain ViT gives one stride; ViTDet's simple feature pyramid
+    (:class:`~vitprune.dense.pyramid.SimpleFeaturePyramid`, ``pyramid_channels`` each) resamples its last map to
+    strides 4 to 32, and to at most ``output_stride``, which is how a plain ViT keeps the resolution that smp's
+    dilated encoders (DeepLabV3's stride 8 or 16) keep."""
+
+    _is_torch_scriptable = False
+    _is_torch_exportable = True
+    _is_torch_compilable = True
+
+    def __init__(self, source: nn.Module | str | os.PathLike, *, depth: int = 5, output_stride: int = 32,
+                 pyramid_channels: int = 256, norm: bool = False) -> None:
+        super().__init__()
+        if not 1 <= depth <= len(STRIDES):
+            raise ValueError(f"an smp encoder's depth is 1 to {len(STRIDES)}, not {depth}")
+        if output_stride not in (8, 16, 32):
+            raise ValueError(f"an smp encoder's output stride is 8, 16 or 32, not {output_stride}")
+        model = source if isinstance(source, nn.Module) else load(source)
+        adapter = get_adapter(model, needs=("dense_features",), by="an smp encoder")
+        self.name = f"vitprune-{adapter.family}"
+        self._in_channels = adapter.input_size[0]
+        self._depth = depth
+        self._output_stride = output_stride
+        maps = FeatureMaps(model, norm=norm)
+        strides = STRIDES[:depth]
+        self._staged = len(set(maps.reductions)) > 1
+        if self._staged:
+            if output_stride != 32:
+                raise ValueError(f"{adapter.family} gives its own maps at strides {maps.reductions}: "
+                                 f"they cannot be dilated to an output stride of {output_stride}")
+            if maps.reductions != list(STRIDES[1:]):
+                raise ValueError(f"{adapter.family} gives maps at strides {maps.reductions}; smp's decoders "
+                                 f"take strides {', '.join(map(str, STRIDES[1:]))}")
+            self.backbone: nn.Module = maps
+            self._out_channels = [self._in_channels, 0] + maps.channels[:depth - 1]
+        else:
+            reduction = maps.reductions[0]
+            if not math.log2(reduction).is_integer():
+                raise ValueError(f"a plain ViT's map of stride {reduction} (its patch size) cannot be resampled to "
+                                 "smp's strides, which are powers of two")
+            self.backbone = SimpleFeaturePyramid(
+                model, pyramid_channels, scales=[reduction / min(s, output_stride) for s in strides[1:]],
+                norm=norm, top_pool=False)
+            self._out_channels = [self._in_channels, 0] + [pyramid_channels] * (depth - 1)
+
+    @property
+    def out_channels(self) -> list[int]:
+        """Channels of each map ``forward`` returns, the input's first (0: the empty map at stride 2)."""
+        return self._out_channels
+
+    @property
+    def output_stride(self) -> int:
+        """The stride of the last map, which images' height and width must be multiples of."""
+        return min(self._output_stride, 2 ** self._depth)
+
+    def set_in_channels(self, in_channels: int, pretrained: bool = True) -> None:
+        """smp's hook to change the input's channels: a pruned model keeps its own, and any other count is
+        refused."""
+        if in_channels != self._in_channels:
+            raise ValueError(f"the pruned model takes {self._in_channels}-channel images, not {in_channels}: "
+                             f"build the smp model with in_channels={self._in_channels}")
+
+    def make_dilated(self, output_stride: int) -> None:
+        """smp's hook to dilate the encoder, which it calls after building it with the same ``output_stride``."""
+        if output_stride != self._output_stride:
+            raise ValueError(f"this encoder was built for an output stride of {self._output_stride}, "
+                             f"not {output_stride}")
+
+    def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        batch, _, height, width = images.shape
+        empty = images.new_empty(batch, 0, height // 2, width // 2)
+        maps = self.backbone(images)
+        maps = maps[:self._depth - 1] if self._staged else list(maps.values())
+        return [images, empty, *maps]
+
+
+def register_encoder(name: str, source: nn.Module | str | os.PathLike, **options: Any) -> None:
+    """Add ``source`` (a pruned model or the directory it was saved to) to smp's encoders as ``name``, with
+    :class:`PrunedEncoder`'s keyword ``options``; then ``smp.Unet(name, encoder_weights=None, in_channels=...)``
+    and smp's other models build on it. A name smp already has is refused, unless it is one registered here."""
+    encoders = _smp().encoders.encoders
+    if name in encoders and encoders[name]["encoder"] is not PrunedEncoder:
+        raise ValueError(f"smp already has an encoder named {name!r}")
+    # smp deep-copies the params for each model it builds, so a module given here is copied, never shared.
+    encoders[name] = {"encoder": PrunedEncoder, "params": {"source": source, **options}, "pretrained_settings": {}}
+
+
+def _smp() -> Any:
+    try:
+        import segmentation_models_pytorch
+    except ImportError as error:
+        raise ImportError("smp encoders need segmentation-models-pytorch: pip install 'vitprune[dense]'") from error
+    return segmentation_models_pytorch
+

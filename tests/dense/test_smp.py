@@ -1,0 +1,109 @@
+"""A pruned, saved and reloaded backbone as a segmentation_models_pytorch encoder: smp's decoders build on it by name,
+their logits come at the images' size, and one batch trains (the loss falls, gradients reach the backbone)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_segmentation import CHANNELS, SIZE, _backbone, assert_fits
+
+import vitprune
+from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
+from vitprune.dense import PrunedEncoder, register_encoder
+from vitprune.surgery import prune_depth, prune_mlp_neurons, prune_tokens
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
+smp = pytest.importorskip("segmentation_models_pytorch", reason="needs vitprune[dense]")
+
+PRUNINGS = {
+    "depth": lambda model: prune_depth(model, attention=[1]),
+    "width": lambda model: prune_mlp_neurons(
+        model, 0, list(range(0, vitprune.get_adapter(model).block(0).mlp.hidden_features, 2))),
+    "tokens": lambda model: prune_tokens(model, 1, 0.5),
+}
+#: Small decoders, so that a few steps fit one batch quickly.
+HEADS = {
+    "Unet": {"decoder_channels": (32, 16, 16, 8, 8)},
+    "FPN": {"decoder_pyramid_channels": 32, "decoder_segmentation_channels": 32},
+    "Segformer": {"decoder_segmentation_channels": 32},
+}
+#: Every head on every pruning of the plain ViT (through ViTDet's pyramid), and one pair on Swin's own stages.
+CASES = [("deit", head, pruning) for head in HEADS for pruning in PRUNINGS] + [("swin", "Unet", "width")]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    images, targets = collate_dense([ClutteredDenseDataset("val")[i] for i in range(4)])
+    return images, torch.stack([t["mask"] for t in targets]).long()
+
+
+def _reloaded(family: str, pruning: str, tmp_path) -> str:
+    model = _backbone(family)
+    PRUNINGS[pruning](model)
+    vitprune.save(model, tmp_path / "pruned")
+    return str(tmp_path / "pruned")
+
+
+@pytest.mark.parametrize(("family", "head", "pruning"), CASES)
+def test_smp_heads_train_on_a_pruned_reloaded_backbone(family, head, pruning, batch, tmp_path):
+    images, masks = batch
+    register_encoder(f"vitprune-test-{pruning}", _reloaded(family, pruning, tmp_path), pyramid_channels=16)
+    torch.manual_seed(0)
+    model = getattr(smp, head)(f"vitprune-test-{pruning}", encoder_weights=None, in_channels=CHANNELS,
+                               classes=CLUTTERED_DENSE.num_classes, **HEADS[head])
+    assert isinstance(model.encoder, PrunedEncoder)
+    assert model(images).shape == (4, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
+    backbone = (model.encoder.backbone.maps if family == "deit" else model.encoder.backbone).model
+    assert_fits(backbone, model, lambda: F.cross_entropy(model(images), masks), steps=15, lr=3e-3)
+
+
+@pytest.mark.parametrize("family", ["deit", "swin"])
+def test_the_encoder_gives_smps_strides(family):
+    """The input, an empty map at stride 2, then maps at strides 4 to 32: a plain ViT's from ViTDet's pyramid, a
+    staged family's its own stages (their channels as the model gives them); ``depth`` keeps the first maps."""
+    model = _backbone(family)
+    encoder = PrunedEncoder(model, pyramid_channels=16)
+    maps = encoder(torch.randn(2, CHANNELS, SIZE, SIZE))
+    assert [m.shape[-1] for m in maps] == [SIZE // s for s in (1, 2, 4, 8, 16, 32)]
+    assert [m.shape[1] for m in maps] == encoder.out_channels
+    expected = [16] * 4 if family == "deit" else vitprune.FeatureMaps(model).channels
+    assert encoder.out_channels == [CHANNELS, 0, *expected] and encoder.output_stride == 32
+    shallow = PrunedEncoder(model, depth=3, pyramid_channels=16)
+    assert [m.shape[-1] for m in shallow(torch.randn(1, CHANNELS, SIZE, SIZE))] == [SIZE, SIZE // 2, SIZE // 4,
+                                                                                    SIZE // 8]
+    assert shallow.out_channels == [CHANNELS, 0, *expected[:2]] and shallow.output_stride == 8
+
+
+def test_a_plain_vit_keeps_the_resolution_smps_dilated_encoders_keep(tmp_path):
+    """DeepLabV3 asks for an output stride of 8: the plain ViT's pyramid stops at stride 8; a staged family's
+    stages cannot, and say so."""
+    register_encoder("vitprune-test-deeplab", _reloaded("deit", "depth", tmp_path), pyramid_channels=16)
+    model = smp.DeepLabV3("vitprune-test-deeplab", encoder_weights=None, in_channels=CHANNELS,
+                          classes=CLUTTERED_DENSE.num_classes, decoder_channels=16)
+    assert model.encoder.output_stride == 8
+    maps = model.encoder(torch.randn(1, CHANNELS, SIZE, SIZE))
+    assert [m.shape[-1] for m in maps][2:] == [SIZE // 4] + [SIZE // 8] * 3
+    assert model(torch.randn(2, CHANNELS, SIZE, SIZE)).shape == (2, CLUTTERED_DENSE.num_classes, SIZE, SIZE)
+    register_encoder("vitprune-test-swin", _backbone("swin"))
+    with pytest.raises(ValueError, match="cannot be dilated to an output stride of 8"):
+        smp.DeepLabV3("vitprune-test-swin", encoder_weights=None, in_channels=CHANNELS)
+
+
+def test_registration_copies_the_model_and_refuses_what_cannot_work():
+    model = _backbone("deit")
+    register_encoder("vitprune-test-module", model, pyramid_channels=16)
+    first = smp.Unet("vitprune-test-module", encoder_weights=None, in_channels=CHANNELS)
+    second = smp.Unet("vitprune-test-module", encoder_weights=None, in_channels=CHANNELS)
+    first_model, second_model = first.encoder.backbone.maps.model, second.encoder.backbone.maps.model
+    assert first_model is not model and first_model is not second_model
+    assert torch.equal(vitprune.get_adapter(first_model).block(0).mlp.fc1.weight,
+                       vitprune.get_adapter(model).block(0).mlp.fc1.weight)
+    with pytest.raises(ValueError, match=f"takes {CHANNELS}-channel images, not 3"):
+        smp.Unet("vitprune-test-module", encoder_weights=None)
+    with pytest.raises(ValueError, match="smp already has an encoder named 'resnet18'"):
+        register_encoder("resnet18", model)
+    with pytest.raises(ValueError, match="depth is 1 to 5"):
+        PrunedEncoder(model, depth=6)
