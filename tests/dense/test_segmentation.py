@@ -35,8 +35,10 @@ def _backbone(family: str) -> torch.nn.Module:
     return vitprune.track(model, name, in_chans=CHANNELS, num_classes=10, **kwargs)
 
 
-def assert_fits(backbone: torch.nn.Module, model: torch.nn.Module, loss, *, steps: int, lr: float) -> None:
-    """``steps`` Adam steps on ``loss()`` halve it, and the gradients reach the ``backbone`` inside ``model``."""
+def assert_fits(backbone: torch.nn.Module, model: torch.nn.Module, loss, *, steps: int, lr: float,
+                fraction: float = 0.5) -> None:
+    """``steps`` Adam steps on ``loss()`` bring it below ``fraction`` of its start (by default, halve it), and the
+    gradients reach the ``backbone`` inside ``model``."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
@@ -46,7 +48,7 @@ def assert_fits(backbone: torch.nn.Module, model: torch.nn.Module, loss, *, step
         losses.append(value.item())
         optimizer.step()
     assert vitprune.get_adapter(backbone).block(0).mlp.fc1.weight.grad.abs().sum() > 0
-    assert losses[-1] < 0.5 * losses[0]
+    assert losses[-1] < fraction * losses[0]
 
 
 @pytest.fixture(scope="module")
