@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build, shallow
 from test_segmentation import CHANNELS, SIZE, _backbone, assert_fits
 
 import vitprune
@@ -107,3 +108,24 @@ def test_registration_copies_the_model_and_refuses_what_cannot_work():
         register_encoder("resnet18", model)
     with pytest.raises(ValueError, match="depth is 1 to 5"):
         PrunedEncoder(model, depth=6)
+
+
+#: The test matrix's models smp's layout cannot take, and why: DINOv2's 14-px patches are no power of two, and the
+#: tiny Swin's 2-px patches put its stages at strides 2 to 16.
+REFUSED = {"vit_small_patch14_dinov2": "patch size", "swin_tiny_patch4_window7_224": r"strides \[2, 4, 8, 16\]"}
+
+
+@pytest.mark.needs("dense_features")
+def test_every_family_gives_smps_layout_or_says_why_not(small_model_spec):
+    name, kwargs = small_model_spec
+    model = build(name, shallow(name, kwargs, 3))
+    if name in REFUSED:
+        with pytest.raises(ValueError, match=REFUSED[name]):
+            PrunedEncoder(model)
+        return
+    encoder = PrunedEncoder(model, pyramid_channels=8)
+    channels, size, _ = vitprune.get_adapter(model).input_size
+    with torch.no_grad():
+        maps = encoder(torch.randn(1, channels, size, size))
+    assert [size // m.shape[-1] for m in maps] == [1, 2, 4, 8, 16, 32]
+    assert [m.shape[1] for m in maps] == encoder.out_channels and encoder.out_channels[:2] == [channels, 0]
