@@ -13,7 +13,7 @@ from test_segmentation import SIZE, _backbone, assert_fits
 import vitprune
 from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
 from vitprune.dense import SimpleFeaturePyramid, faster_rcnn, mask_rcnn
-from vitprune.surgery import prune_depth
+from vitprune.surgery import prune_depth, prune_embed_dims
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
 
@@ -31,6 +31,19 @@ def test_the_pyramid_resamples_the_last_map_to_four_scales_and_a_pool():
     assert wider.strides == [1, 32]
     with pytest.raises(ValueError, match="scales are powers of two"):
         SimpleFeaturePyramid(model, 16, scales=(3.0,))
+    # The pyramid of a map computed elsewhere (cached, or by the last blocks from cached tokens) is forward's.
+    images = torch.randn(2, 1, SIZE, SIZE)
+    with torch.no_grad():
+        (last,) = pyramid.maps(images)
+        assert all(torch.equal(a, b) for a, b in zip(pyramid.from_map(last).values(), pyramid(images).values()))
+
+
+def test_a_width_pruned_maps_odd_channels_still_up_sample():
+    model = _backbone("deit")
+    prune_embed_dims(model, list(range(27)))  # 27 of 32 channels, as width pruning may leave them
+    pyramid = SimpleFeaturePyramid(model, 8, scales=(4.0, 1.0))
+    assert [tuple(m.shape) for m in pyramid(torch.randn(1, 1, SIZE, SIZE)).values()] == [(1, 8, 32, 32),
+                                                                                        (1, 8, 8, 8), (1, 8, 4, 4)]
 
 
 def test_faster_rcnn_on_the_pyramid_of_a_depth_pruned_backbone_learns(batch):  # noqa: F811

@@ -14,7 +14,7 @@ from test_segmentation import CHANNELS, SIZE, _backbone, assert_fits
 import vitprune
 from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
 from vitprune.dense import PrunedEncoder, register_encoder
-from vitprune.surgery import prune_depth, prune_mlp_neurons, prune_tokens
+from vitprune.surgery import prune_depth, prune_mlp_neurons, prune_tokens, set_input_size
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
 smp = pytest.importorskip("segmentation_models_pytorch", reason="needs vitprune[dense]")
@@ -110,22 +110,45 @@ def test_registration_copies_the_model_and_refuses_what_cannot_work():
         PrunedEncoder(model, depth=6)
 
 
-#: The test matrix's models smp's layout cannot take, and why: DINOv2's 14-px patches are no power of two, and the
-#: tiny Swin's 2-px patches put its stages at strides 2 to 16.
-REFUSED = {"vit_small_patch14_dinov2": "patch size", "swin_tiny_patch4_window7_224": r"strides \[2, 4, 8, 16\]"}
+#: The test matrix's models smp's layout cannot take as they are, and why: DINOv2's 14-px patches are no power of
+#: two (taken with images resized to it, ``image_size``), and the tiny Swin's 2-px patches put its stages at strides
+#: 2 to 16.
+REFUSED = {"vit_small_patch14_dinov2": "patch size on the images", "swin_tiny_patch4_window7_224":
+           "strides 2, 4, 8, 16;"}
 
 
 @pytest.mark.needs("dense_features")
 def test_every_family_gives_smps_layout_or_says_why_not(small_model_spec):
     name, kwargs = small_model_spec
     model = build(name, shallow(name, kwargs, 3))
+    channels, size, _ = vitprune.get_adapter(model).input_size
+    image = size
     if name in REFUSED:
         with pytest.raises(ValueError, match=REFUSED[name]):
             PrunedEncoder(model)
-        return
-    encoder = PrunedEncoder(model, pyramid_channels=8)
-    channels, size, _ = vitprune.get_adapter(model).input_size
+        if "dinov2" not in name:
+            return
+        image = size // 14 * 16
+    encoder = PrunedEncoder(model, pyramid_channels=8, image_size=image)
     with torch.no_grad():
-        maps = encoder(torch.randn(1, channels, size, size))
-    assert [size // m.shape[-1] for m in maps] == [1, 2, 4, 8, 16, 32]
+        maps = encoder(torch.randn(1, channels, image, image))
+    assert [image // m.shape[-1] for m in maps] == [1, 2, 4, 8, 16, 32]
     assert [m.shape[1] for m in maps] == encoder.out_channels and encoder.out_channels[:2] == [channels, 0]
+
+
+def test_images_resized_to_the_backbone_count_strides_in_their_own_pixels():
+    """The 40-px cluttered-MNIST ViT's 5-px patches on 64-px canvases: the backbone resized to 80 px (16x16 cells)
+    takes them at stride 4, smp's FPN decodes them, and a canvas of another size is refused in one line."""
+    kwargs = {"img_size": 40, "patch_size": 5, "embed_dim": 32, "depth": 2, "num_heads": 2, "in_chans": CHANNELS,
+              "num_classes": 10}
+    model = vitprune.track(build("deit_tiny_patch16_224", kwargs), "deit_tiny_patch16_224", **kwargs)
+    with pytest.raises(ValueError, match=r"e\.g\. 32 \(8 cells\)"):
+        PrunedEncoder(model)
+    set_input_size(model, 80, 80)
+    encoder = PrunedEncoder(model, pyramid_channels=8, image_size=64)
+    maps = encoder(torch.randn(2, CHANNELS, 64, 64))
+    assert [m.shape[-1] for m in maps] == [64, 32, 16, 8, 4, 2]
+    with pytest.raises(ValueError, match="takes 64x64 images \\(image_size\\), not 80x80"):
+        encoder(torch.randn(1, CHANNELS, 80, 80))
+    with pytest.raises(ValueError, match="not square"):
+        PrunedEncoder(model, image_size=(64, 48))

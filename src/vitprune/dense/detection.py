@@ -16,7 +16,7 @@ from torchvision.ops import MultiScaleRoIAlign
 
 from vitprune.adapters import get_adapter
 from vitprune.adapters.features import FeatureMaps
-from vitprune.dense.pyramid import SimpleFeaturePyramid
+from vitprune.dense.pyramid import SCALES, SimpleFeaturePyramid
 
 
 class DetectionBackbone(nn.Module):
@@ -34,10 +34,11 @@ class DetectionBackbone(nn.Module):
 
 def faster_rcnn(model: nn.Module, num_classes: int, *, index: int = -1, pyramid: bool = False,
                 anchor_sizes: Sequence[int] | None = None, representation: int = 1024, pyramid_channels: int = 256,
-                **options) -> FasterRCNN:
+                scales: Sequence[float] = SCALES, **options) -> FasterRCNN:
     """torchvision's Faster R-CNN on ``model``: on its feature map after block ``index`` (:class:`DetectionBackbone`),
     or (``pyramid``) on ViTDet's simple feature pyramid built from it
-    (:class:`~vitprune.dense.pyramid.SimpleFeaturePyramid`, ``pyramid_channels`` wide), for ``num_classes`` classes
+    (:class:`~vitprune.dense.pyramid.SimpleFeaturePyramid`, ``pyramid_channels`` wide, at ``scales`` of the map:
+    ViTDet's by default), for ``num_classes`` classes
     with the background (torchvision's convention: label 0 is none).
 
     The images are resized to ``model``'s input size (exactly: torchvision's transform with a fixed size and no
@@ -48,17 +49,17 @@ def faster_rcnn(model: nn.Module, num_classes: int, *, index: int = -1, pyramid:
     (torchvision's 1024 by default) on 7x7 RoIAlign. ``options`` go to ``FasterRCNN`` (e.g.
     ``box_detections_per_img``).
     """
-    return FasterRCNN(**_parts(model, num_classes, index, pyramid, anchor_sizes, representation, pyramid_channels),
-                      **options)
+    return FasterRCNN(**_parts(model, num_classes, index, pyramid, anchor_sizes, representation, pyramid_channels,
+                               scales), **options)
 
 
 def mask_rcnn(model: nn.Module, num_classes: int, *, index: int = -1, pyramid: bool = True,
               anchor_sizes: Sequence[int] | None = None, representation: int = 1024, pyramid_channels: int = 256,
-              **options) -> MaskRCNN:
+              scales: Sequence[float] = SCALES, **options) -> MaskRCNN:
     """torchvision's Mask R-CNN on ``model``, built as :func:`faster_rcnn` builds its detector (by default on the
     simple feature pyramid, as ViTDet's Mask R-CNN), its mask head torchvision's (four 3x3 convolutions and a
     predictor, 256 wide) on 14x14 RoIAlign of the same maps. ``options`` go to ``MaskRCNN``."""
-    parts = _parts(model, num_classes, index, pyramid, anchor_sizes, representation, pyramid_channels)
+    parts = _parts(model, num_classes, index, pyramid, anchor_sizes, representation, pyramid_channels, scales)
     mask_pool = MultiScaleRoIAlign(featmap_names=parts["box_roi_pool"].featmap_names, output_size=14,
                                    sampling_ratio=2)
     return MaskRCNN(**parts, mask_roi_pool=mask_pool, mask_predictor=MaskRCNNPredictor(256, 256, num_classes),
@@ -66,11 +67,11 @@ def mask_rcnn(model: nn.Module, num_classes: int, *, index: int = -1, pyramid: b
 
 
 def _parts(model: nn.Module, num_classes: int, index: int, pyramid: bool, anchor_sizes: Sequence[int] | None,
-           representation: int, pyramid_channels: int) -> dict:
+           representation: int, pyramid_channels: int, scales: Sequence[float]) -> dict:
     """The backbone, anchors, pooling, box head and transform settings a torchvision R-CNN takes."""
     channels, height, width = get_adapter(model).input_size
     if pyramid:
-        backbone = SimpleFeaturePyramid(model, pyramid_channels, index=index)
+        backbone = SimpleFeaturePyramid(model, pyramid_channels, index=index, scales=scales)
         levels = [str(i) for i in range(len(backbone.levels))]
         sizes = list(anchor_sizes or [round(8 * stride) for stride in backbone.strides])
         if len(sizes) != len(backbone.strides):

@@ -43,6 +43,11 @@ class SimpleFeaturePyramid(nn.Module):
 
     def forward(self, images: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
         (features,) = self.maps(images)
+        return self.from_map(features)
+
+    def from_map(self, features: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
+        """The pyramid of the backbone's map ``features`` ``(B, C, H, W)`` computed elsewhere (e.g. cached, or by
+        the backbone's last blocks from cached tokens): what :meth:`forward` returns for the images it came from."""
         maps = [level(features) for level in self.levels]
         names = [str(i) for i in range(len(maps))]
         if self.top is not None:
@@ -62,12 +67,12 @@ def _level(dim: int, scale: float, out_channels: int) -> nn.Sequential:
     resample: list[nn.Module] = []
     channels = dim
     for step in range(steps):
-        if channels % 2:
-            raise ValueError(f"a x{scale:g} scale halves the channels {steps} times: {dim} cannot be")
         if step:
             resample += [LayerNorm2d(channels), nn.GELU()]
-        resample.append(nn.ConvTranspose2d(channels, channels // 2, 2, stride=2))
-        channels //= 2
+        # ViTDet halves the channels at each up-sampling; a width-pruned map's odd count rounds down.
+        halved = max(1, channels // 2)
+        resample.append(nn.ConvTranspose2d(channels, halved, 2, stride=2))
+        channels = halved
     if steps < 0:
         resample.append(nn.MaxPool2d(2 ** -steps, stride=2 ** -steps))
     return nn.Sequential(*resample,

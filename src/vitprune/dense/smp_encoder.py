@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vitprune.adapters import get_adapter
@@ -32,14 +34,20 @@ class PrunedEncoder(nn.Module):
     timm encoders of these families do. A plain ViT gives one stride; ViTDet's simple feature pyramid
     (:class:`~vitprune.dense.pyramid.SimpleFeaturePyramid`, ``pyramid_channels`` each) resamples its last map to
     strides 4 to 32, and to at most ``output_stride``, which is how a plain ViT keeps the resolution that smp's
-    dilated encoders (DeepLabV3's stride 8 or 16) keep."""
+    dilated encoders (DeepLabV3's stride 8 or 16) keep.
+
+    With ``image_size`` the images smp passes are of that size and are resized (bilinear) to the backbone's own input
+    size, as torchvision's detectors resize theirs: the strides are then counted in the images' pixels, which is
+    how a ViT whose patches are no power of two (DINOv2's 14 px: 256-px images on a 224-px backbone's 16x16 cells)
+    gets smp's strides."""
 
     _is_torch_scriptable = False
     _is_torch_exportable = True
     _is_torch_compilable = True
 
     def __init__(self, source: nn.Module | str | os.PathLike, *, depth: int = 5, output_stride: int = 32,
-                 pyramid_channels: int = 256, norm: bool = False) -> None:
+                 pyramid_channels: int = 256, norm: bool = False, image_size: int | Sequence[int] | None = None
+                 ) -> None:
         super().__init__()
         if not 1 <= depth <= len(STRIDES):
             raise ValueError(f"an smp encoder's depth is 1 to {len(STRIDES)}, not {depth}")
@@ -51,27 +59,42 @@ class PrunedEncoder(nn.Module):
         self._in_channels = adapter.input_size[0]
         self._depth = depth
         self._output_stride = output_stride
+        self._backbone_size = tuple(adapter.input_size[1:])
+        self._image_size = self._backbone_size if image_size is None else _pair(image_size)
         maps = FeatureMaps(model, norm=norm)
-        strides = STRIDES[:depth]
+        strides = [self._stride(r) for r in maps.reductions]
         self._staged = len(set(maps.reductions)) > 1
         if self._staged:
+            shown = ", ".join(f"{s:g}" for s in strides)
             if output_stride != 32:
-                raise ValueError(f"{adapter.family} gives its own maps at strides {maps.reductions}: "
+                raise ValueError(f"{adapter.family} gives its own maps at strides {shown}: "
                                  f"they cannot be dilated to an output stride of {output_stride}")
-            if maps.reductions != list(STRIDES[1:]):
-                raise ValueError(f"{adapter.family} gives maps at strides {maps.reductions}; smp's decoders "
+            if strides != list(STRIDES[1:]):
+                raise ValueError(f"{adapter.family} gives maps at strides {shown}; smp's decoders "
                                  f"take strides {', '.join(map(str, STRIDES[1:]))}")
-            self.backbone: nn.Module = maps
+            self.backbone: nn.Module = FeatureMaps(model, list(range(depth - 1)), norm=norm)
             self._out_channels = [self._in_channels, 0] + maps.channels[:depth - 1]
         else:
-            reduction = maps.reductions[0]
-            if not math.log2(reduction).is_integer():
-                raise ValueError(f"a plain ViT's map of stride {reduction} (its patch size) cannot be resampled to "
-                                 "smp's strides, which are powers of two")
+            stride = strides[0]
+            if not math.log2(stride).is_integer():
+                cells = self._backbone_size[0] // maps.reductions[0]
+                raise ValueError(f"a plain ViT's map of stride {stride:g} (its patch size on the images) cannot be "
+                                 "resampled to smp's strides, which are powers of two: give image_size, the size "
+                                 f"of the images it will take, e.g. {cells * 2 ** round(math.log2(stride))} "
+                                 f"({cells} cells)")
             self.backbone = SimpleFeaturePyramid(
-                model, pyramid_channels, scales=[reduction / min(s, output_stride) for s in strides[1:]],
+                model, pyramid_channels, scales=[stride / min(s, output_stride) for s in STRIDES[1:depth]],
                 norm=norm, top_pool=False)
             self._out_channels = [self._in_channels, 0] + [pyramid_channels] * (depth - 1)
+
+    def _stride(self, reduction: int) -> float:
+        """The images' pixels per cell of a map the backbone gives ``reduction`` of its own pixels per cell (square
+        cells, or the image size is refused)."""
+        strides = {image * reduction / own for image, own in zip(self._image_size, self._backbone_size)}
+        if len(strides) > 1:
+            raise ValueError(f"images of {self._image_size[0]}x{self._image_size[1]} give the backbone's "
+                             f"{self._backbone_size[0]}x{self._backbone_size[1]} input cells that are not square")
+        return strides.pop()
 
     @property
     def out_channels(self) -> list[int]:
@@ -98,10 +121,16 @@ class PrunedEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
         batch, _, height, width = images.shape
+        if self._image_size != self._backbone_size:
+            if (height, width) != self._image_size:
+                raise ValueError(f"this encoder takes {self._image_size[0]}x{self._image_size[1]} images "
+                                 f"(image_size), not {height}x{width}")
+            taken = F.interpolate(images, size=self._backbone_size, mode="bilinear", align_corners=False)
+        else:
+            taken = images
         empty = images.new_empty(batch, 0, height // 2, width // 2)
-        maps = self.backbone(images)
-        maps = maps[:self._depth - 1] if self._staged else list(maps.values())
-        return [images, empty, *maps]
+        maps = self.backbone(taken)
+        return [images, empty, *(maps if self._staged else maps.values())]
 
 
 def register_encoder(name: str, source: nn.Module | str | os.PathLike, **options: Any) -> None:
@@ -122,3 +151,8 @@ def _smp() -> Any:
         raise ImportError("smp encoders need segmentation-models-pytorch: pip install 'vitprune[dense]'") from error
     return segmentation_models_pytorch
 
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    height, width = (size, size) if isinstance(size, int) else size
+    return int(height), int(width)
