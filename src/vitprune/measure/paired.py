@@ -127,14 +127,38 @@ def paired_metric_difference(a: np.ndarray, b: np.ndarray, metric: Callable[[np.
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 3:
         raise ValueError(f"paired arms need [seeds, images, counts] of one shape, got {a.shape} and {b.shape}")
-    seeds, images, _ = a.shape
-    by_seed = metric(a.sum(axis=1)) - metric(b.sum(axis=1))
+
+    def scores(arm: np.ndarray) -> list[Callable[[np.ndarray], np.ndarray]]:
+        return [lambda w, counts=counts: metric(w @ counts) for counts in arm]
+
+    return paired_weighted_difference(scores(a), scores(b), a.shape[1], margin=margin, level=level,
+                                      resamples=resamples, seed=seed,
+                                      discordant=float(np.mean((a != b).any(axis=2))))
+
+
+def paired_weighted_difference(a: Sequence[Callable[[np.ndarray], np.ndarray]],
+                               b: Sequence[Callable[[np.ndarray], np.ndarray]], images: int, *,
+                               discordant: float, margin: float = MARGIN, level: float = 0.95,
+                               resamples: int = 10_000, seed: int = 0) -> PairedDifference:
+    """:func:`paired_difference` for any score of a weighted image set, as COCO's box mAP is (it ranks detections
+    across the whole set, so it is neither a mean over images nor a function of summed counts).
+
+    ``a[s](w)`` is arm A's score in points under seed ``s`` with its ``images`` validation images weighted by each
+    row of ``w`` ``[n, images]`` (how often a resample drew each image; ones: the set itself), ``[n]`` scores; a
+    resample draws seeds and images as :func:`paired_difference` does (the same draws for the same ``seed``), the
+    same images for both arms and every seed. ``discordant`` is the share of images on which the arms differ, as the
+    score's caller defines it.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired arms need the same seeds, got {len(a)} and {len(b)}")
+    seeds = len(a)
+    ones = np.ones((1, images))
+    by_seed = np.array([float(a[s](ones)[0] - b[s](ones)[0]) for s in range(seeds)])
     draws = np.empty(resamples)
     for chunk, w_seeds, w_images in _weights(seeds, images, resamples, seed):
-        per_seed = (metric(np.einsum("bi,sik->bsk", w_images, a)) - metric(np.einsum("bi,sik->bsk", w_images, b)))
+        per_seed = np.stack([a[s](w_images) - b[s](w_images) for s in range(seeds)], axis=1)
         draws[chunk] = np.einsum("bs,bs->b", w_seeds, per_seed) / seeds
-    return _summary(float(np.mean(by_seed)), draws, by_seed, margin, level, images,
-                    float(np.mean((a != b).any(axis=2))))
+    return _summary(float(np.mean(by_seed)), draws, by_seed, margin, level, images, discordant)
 
 
 def _weights(seeds: int, images: int, resamples: int, seed: int
