@@ -1,8 +1,8 @@
-"""Pruned backbones under a segmentation and a detection head: what pruning costs in dense prediction, HetDPT's
-Tables 4 and 5 at embedded scale.
+"""Pruned backbones under the segmentation and detection stacks people use: what pruning costs in dense prediction,
+HetDPT's Tables 4 and 5 at embedded scale.
 
-Starting checkpoints: vitprune's ``cluttered-mnist-vit`` trained with seeds 0, 1 and 2 (as the claims page;
-needs ``vitprune[bench]`` and ``vitprune[dense]``). Per seed, four backbones:
+Starting checkpoints: vitprune's ``cluttered-mnist-vit`` trained with seeds 0, 1 and 2 (as the claims page; needs
+``vitprune[bench]`` and ``vitprune[dense]``). Per seed, four backbones:
 
 - **dense**: the checkpoint;
 - **HetDPT**: the attention and GELU layers HetDPT's Step 2 chose for that checkpoint on the claims page (its MAP
@@ -11,32 +11,42 @@ needs ``vitprune[bench]`` and ``vitprune[dense]``). Per seed, four backbones:
 - **VBP**: FFN neurons of least post-GELU variance, their mean folded into the next bias;
 - **width**: Taylor width pruning (torch-pruning's isomorphic groups), topped up with a neuron trim;
 
-VBP and width are brought to the HetDPT backbone's MACs at the dense task's input (full convention, within 1%),
-then every pruned backbone gets the claims page's recovery (2,000 training images drawn by the seed, one epoch,
-soft distillation from its dense checkpoint). Each backbone is then resized to the dense canvases
-(``set_input_size``: 65x65, a 13x13 grid of the classifier's 5-px patches; the 64-px canvases are resized to it,
-as torchvision's detection transform does) and put, twice, under the same head: torchvision's FCN head
-(:class:`~vitprune.dense.Segmenter`) and Faster R-CNN (:func:`~vitprune.dense.faster_rcnn`). Scores on
-``val_images`` held-out canvases (digits no training canvas shows): mIoU over the set (torchmetrics) and COCO box
-mAP (pycocotools), through the whole models.
+VBP and width are brought to the HetDPT backbone's MACs at the dense input (full convention, within 1%), then every
+pruned backbone gets the claims page's recovery (2,000 training images drawn by the seed, one epoch, soft
+distillation from its dense checkpoint). Each backbone is resized (``set_input_size``) to ``size`` px: 16x16 cells of
+its 5-px patches, so that a cell spans 4 pixels of the task's 64-px canvases (resized to it, bilinear, inside both
+models), a power of two, as smp's decoders need (:class:`~vitprune.dense.PrunedEncoder`'s ``image_size``).
 
-The backbone is **frozen** and only the heads train (``train_images`` canvases drawn by the seed, the backbone's
-maps computed once, AdamW, cosine decay, ``seg_epochs`` and ``det_epochs``), where the paper fine-tunes backbone and
-head together for 12 COCO epochs. On two CPU cores a joint fine-tune that fits the 45-minute run (one pass over
-2,000 canvases per head and arm) leaves both heads untrained: measured on the dense backbone, seed 0, mIoU 8.7%
-(background everywhere) and 16% with the background weighted 0.1, box mAP 2-4%. Caching the frozen maps buys each
-head 12-20 epochs for the same time. The gap measured is then what the pruned backbone's features lack for the
-task, with no recovery by the dense task's gradients: a stricter test than the paper's. The segmentation loss
-weighs the background ``background_weight`` (strokes are 4% of the pixels; unweighted, the head learns the
-background first).
+The task is :mod:`vitprune.data.cluttered_dense` (the page says how it differs from the first one). Both models sit on
+ViTDet's simple feature pyramid of the backbone's last map (``pyramid_channels`` wide):
 
-Paired statistics: mIoU differences resample seeds and images (:func:`~vitprune.measure.paired
-.paired_metric_difference`, each image's intersections and unions); COCO's mAP ranks detections across the whole
-set, so it does not split by image: its difference is paired by seed (mean and t-interval over the seeds).
+- **segmentation**: smp's FPN decoder, the backbone registered as an smp encoder
+  (:func:`~vitprune.dense.register_encoder`), its pyramid at strides 4 to 32 of the canvas;
+- **detection**: torchvision's Faster R-CNN (:func:`~vitprune.dense.faster_rcnn`, ``pyramid=True``) on the pyramid's
+  x2, x1 and x1/2 levels (ViTDet's x4 level serves COCO's smallest objects, and costs most of the detector's time on
+  digits 12-28 px tall).
+
+Two protocols for each model:
+
+- **joint**, the papers': the backbone's last ``tail_blocks`` blocks fine-tune with the pyramid and the head
+  (``backbone_lr``). The papers fine-tune every block; here the earlier blocks stay frozen, so that their tokens are
+  computed once per backbone and the trained part runs from them (the same function as the whole model, tested);
+- **frozen**: the backbone frozen, the pyramid and the head alone trained.
+
+Training: ``train_images`` canvases drawn by the seed, AdamW (``head_lr``, ``weight_decay``), cosine decay over
+``seg_epochs`` / ``det_epochs``; the segmentation loss weighs the background ``background_weight``. Scores on
+``val_images`` held-out canvases (digits no training canvas shows), through the whole models: mIoU over the set
+(torchmetrics) and COCO's box mAP (pycocotools).
+
+Statistics: each pruned backbone's difference from dense in points, paired over seeds and images: a two-way
+bootstrap (:mod:`vitprune.measure.paired`) recomputes mIoU from each drawn image's intersections and unions, and mAP
+from pycocotools' per-image matches (:class:`~vitprune.dense.DetectionMatches`: COCO's mAP of the resampled set),
+beside the seed-level t-test. Equivalence is two one-sided tests at ±:data:`MARGIN` points, a margin fixed before the
+run (the claims page's), Holm-corrected over a backbone's two scores; relative gaps are in % of dense.
 
 Each measurement is stored (``<out-dir>/dense.store.json``) under a key: the hash of this file, of the claims
-functions it uses and of vitprune's packages, the checkpoint's weights, HetDPT's layers, torch's version and the
-budget, so an interrupted run continues and a changed one re-measures.
+functions it uses and of vitprune's packages (the dense task's dataset included), the checkpoint's weights, HetDPT's
+layers, torch's version and the budget, so an interrupted run continues and a changed one re-measures.
 
     python benchmarks/dense.py              # the full run: seeds 0 1 2
     python benchmarks/dense.py --quick      # one seed, small budgets
@@ -50,7 +60,6 @@ import functools
 import hashlib
 import json
 import math
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -59,25 +68,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import segmentation_models_pytorch as smp
 import torch
 import torch.nn.functional as F
 from claims import MATCH, command, final_macs, source_hash, trim_to
-from dense_page import ARMS, SHOWN, SHOWN_SCORE, pack_array, unpack_array, write
-from scipy.stats import t as student_t
+from dense_page import ARMS, FORMAT, PROTOCOLS, SHOWN, SHOWN_SCORE, TASKS, pack_array, unpack_array, write
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 from torch.utils.flop_counter import FlopCounterMode
 from torchvision.models.detection.image_list import ImageList
 
 import vitprune
-from vitprune.adapters.features import FeatureMaps
 from vitprune.atomic import read_json, write_json
 from vitprune.data import (CLUTTERED_DENSE, ClutteredDenseDataset, balanced_subset, build_dataset, build_loader,
                            collate_dense)
-from vitprune.dense import Segmenter, detection_scores, faster_rcnn, segmentation_scores
+from vitprune.dense import (DetectionMatches, SimpleFeaturePyramid, detection_matches, faster_rcnn, register_encoder,
+                            segmentation_scores)
 from vitprune.errors import VitpruneError
 from vitprune.measure import MacTarget, count_macs
-from vitprune.measure.paired import paired_metric_difference
+from vitprune.measure.paired import judge, paired_metric_difference, paired_weighted_difference
 from vitprune.measure.speed import compare_speed
 from vitprune.methods.vbp import mlp_statistics, neuron_scores
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
@@ -87,20 +96,29 @@ from vitprune.surgery import merge_linear_mlps, prune_depth, set_input_size
 from vitprune.training import TrainConfig, finetune_pruned
 
 #: Faster R-CNN's sampling and box head, smaller than torchvision's defaults (2000 proposals, 512 regions per
-#: image, 1024 features), which are sized for COCO's 800-px images and only cost time on 64-px canvases with one
-#: to three digits.
+#: image, 1024 features, 100 detections), which are sized for COCO's 800-px images and only cost time on 64-px
+#: canvases with one to three digits.
 DETECTOR = {"rpn_pre_nms_top_n_train": 200, "rpn_post_nms_top_n_train": 100, "rpn_pre_nms_top_n_test": 200,
-            "rpn_post_nms_top_n_test": 100, "box_batch_size_per_image": 16, "box_detections_per_img": 20}
+            "rpn_post_nms_top_n_test": 100, "box_batch_size_per_image": 32, "box_detections_per_img": 10}
 REPRESENTATION = 256
+#: The pyramid's levels under the detector: x2, x1 and x1/2 of the backbone's map.
+DETECTOR_SCALES = (2.0, 1.0, 0.5)
+#: The dense task's canvases (square).
+CANVAS = CLUTTERED_DENSE.input_size[1]
+#: The name the backbones take in smp's encoder registry.
+ENCODER = "vitprune-dense-benchmark"
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The equivalence margin of mIoU and box mAP in points, fixed before the run: the claims page's.
+MARGIN = 1.0
+
 
 @dataclass
 class Budget:
     """What one run spends: seeds, the pruning and recovery (the claims page's), the dense task's training."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    #: The dense input: 13x13 patches of 5 px.
-    size: int = 65
+    #: The backbone's input: 16x16 cells of 5 px, 4 canvas pixels each.
+    size: int = 80
     depth_share: float = 0.66
     calibration_images: int = 1000
     tune_images: int = 2000
@@ -109,20 +127,26 @@ class Budget:
     tune_batch: int = 64
     train_images: int = 2000
     batch_size: int = 32
-    seg_epochs: int = 20
-    det_epochs: int = 14
+    seg_epochs: int = 12
+    det_epochs: int = 12
     head_lr: float = 1e-3
+    #: The joint protocol's backbone blocks (the last ones) and their learning rate.
+    tail_blocks: int = 2
+    backbone_lr: float = 2e-4
     weight_decay: float = 0.05
-    #: Weight of the background class in the segmentation loss (the digits' 1): strokes are 4% of the pixels.
-    background_weight: float = 0.2
+    pyramid_channels: int = 64
+    #: Weight of the background class in the segmentation loss (the digits' 1).
+    background_weight: float = 1.0
     val_images: int = 1000
     speed_pairs: int = 30
     resamples: int = 10_000
+    #: Resamples of the mAP difference, each a COCO evaluation of every seed's resampled set for both arms.
+    map_resamples: int = 2000
 
 
 FULL = Budget()
-QUICK = Budget(seeds=[0], calibration_images=256, tune_images=256, train_images=256, seg_epochs=3, det_epochs=2,
-               val_images=64, speed_pairs=5, resamples=1000)
+QUICK = Budget(seeds=[0], calibration_images=256, tune_images=256, train_images=256, seg_epochs=2, det_epochs=2,
+               val_images=64, speed_pairs=5, resamples=1000, map_resamples=200)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -142,14 +166,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class Store:
-    """Measurements by name, each kept while its key holds (saved after every new one)."""
+    """Measurements by name, each kept while its key holds (saved after every new one); :meth:`close` keeps only
+    those this run read or made."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.units: dict[str, Any] = read_json(path)["units"] if path.exists() else {}
         self.measured = 0
+        self.touched: set[str] = set()
 
     def unit(self, name: str, key: str, compute: Callable[[], Any]) -> Any:
+        self.touched.add(name)
         stored = self.units.get(name)
         if stored is None or stored["key"] != key:
             start = time.perf_counter()
@@ -161,6 +188,12 @@ class Store:
             write_json(self.path, {"units": self.units})
             print(f"{name}: {self.units[name]['seconds']:.1f} s", flush=True)
         return self.units[name]["value"]
+
+    def close(self) -> None:
+        kept = {name: unit for name, unit in self.units.items() if name in self.touched}
+        if kept != self.units:
+            self.units = kept
+            write_json(self.path, {"units": kept})
 
 
 # ------------------------------------------------------------------------------------------------- backbones
@@ -179,14 +212,14 @@ class Setting:
         self._backbones: dict[str, nn.Module] = {}
 
     def dense_macs(self, model: nn.Module) -> int:
-        """MACs (full convention) of ``model`` as a backbone on the dense canvases: merged, resized."""
+        """MACs (full convention) of ``model`` as a backbone on the dense input: merged, resized."""
         work = copy.deepcopy(model)
         merge_linear_mlps(work)
         set_input_size(work, self.b.size, self.b.size)
         return count_macs(work).macs
 
     def backbone(self, arm: str) -> nn.Module:
-        """The arm's backbone: pruned, recovered, merged and resized to the dense canvases."""
+        """The arm's backbone: pruned, recovered, merged and resized to the dense input."""
         if arm not in self._backbones:
             if arm == "dense":
                 model = copy.deepcopy(self.checkpoint)
@@ -200,7 +233,7 @@ class Setting:
 
     @functools.cached_property
     def target(self) -> int:
-        """The HetDPT backbone's MACs on the dense canvases: what VBP and width are brought to."""
+        """The HetDPT backbone's MACs on the dense input: what VBP and width are brought to."""
         return self.dense_macs(self._hetdpt_pruned)
 
     @functools.cached_property
@@ -223,7 +256,7 @@ class Setting:
 
     def _width(self) -> nn.Module:
         """Width pruning plans at the classifier's own size; its target there is adjusted until the result, on
-        the dense canvases, lands just above the HetDPT backbone's MACs, and a neuron trim takes it the rest."""
+        the dense input, lands just above the HetDPT backbone's MACs, and a neuron trim takes it the rest."""
         target, own = self.target, final_macs(self.checkpoint)
         gradients = taylor_gradients(self.checkpoint, self.calibration[:4])
         share = target / self.dense_macs(self.checkpoint)
@@ -246,113 +279,166 @@ class Setting:
         finetune_pruned(model, images, None, config, teacher=self.checkpoint, distill="soft", alpha=1.0, tau=1.0)
 
 
-# ------------------------------------------------------------------------------------------------- dense tasks
+# ------------------------------------------------------------------------------------------------- the models
+
+
+def build_model(task: str, backbone: nn.Module, b: Budget) -> nn.Module:
+    """The task's whole model on a copy of ``backbone`` (at the dense input): smp's FPN or Faster R-CNN, on ViTDet's
+    pyramid."""
+    if task == "segmentation":
+        # smp copies the registered backbone into every model it builds.
+        register_encoder(ENCODER, backbone, image_size=CANVAS, pyramid_channels=b.pyramid_channels)
+        return smp.FPN(ENCODER, encoder_weights=None, in_channels=CLUTTERED_DENSE.input_size[0],
+                       classes=CLUTTERED_DENSE.num_classes, decoder_pyramid_channels=b.pyramid_channels,
+                       decoder_segmentation_channels=b.pyramid_channels)
+    return faster_rcnn(copy.deepcopy(backbone), CLUTTERED_DENSE.num_classes, pyramid=True,
+                       pyramid_channels=b.pyramid_channels, scales=DETECTOR_SCALES, representation=REPRESENTATION,
+                       **DETECTOR)
+
+
+def pyramid_of(model: nn.Module) -> SimpleFeaturePyramid:
+    """The feature pyramid inside a :func:`build_model` model; its ``maps.model`` is the backbone."""
+    return model.encoder.backbone if isinstance(model, smp.FPN) else model.backbone
+
+
+class Tail(nn.Module):
+    """A backbone from the tokens entering its last ``blocks`` blocks to its last map: those blocks (the model's own
+    modules, so that training them trains the model) and the patch tokens laid out on the grid."""
+
+    def __init__(self, backbone: nn.Module, blocks: int) -> None:
+        super().__init__()
+        adapter = vitprune.get_adapter(backbone)
+        views = adapter.blocks()
+        self.blocks = nn.ModuleList(view.module for view in views[len(views) - blocks:])
+        self.prefix, self.grid = adapter.num_prefix_tokens, adapter.grid_size
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            tokens = block(tokens)
+        patches = tokens[:, self.prefix:]
+        return patches.transpose(1, 2).reshape(len(patches), -1, *self.grid)
+
+
+@torch.no_grad()
+def entering_tokens(backbone: nn.Module, blocks: int, images: torch.Tensor, batch: int = 64) -> torch.Tensor:
+    """The tokens entering ``backbone``'s last ``blocks`` blocks for ``images`` (at its input size)."""
+    adapter = vitprune.get_adapter(backbone)
+    views = adapter.blocks()
+    out = []
+    for chunk in images.split(batch):
+        tokens = adapter.embed(chunk)
+        for view in views[:len(views) - blocks]:
+            tokens = view.module(tokens)
+        out.append(tokens)
+    return torch.cat(out)
+
+
+def head_forward(task: str, model: nn.Module, maps: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
+    """What ``model`` does after its backbone's last map ``maps``: the segmenter's logits at the canvas size, or the
+    detector's pyramid (its RPN and box head take it)."""
+    features = pyramid_of(model).from_map(maps)
+    if task == "segmentation":
+        return model.segmentation_head(model.decoder(list(features.values())))
+    return features
+
+
+class Canvases:
+    """The training canvases drawn by the seed, resized to the backbones' input as both models resize them (the
+    detector's transform, which the segmenter's encoder matches, tested), with their masks at the canvas size and
+    their boxes at the input size."""
+
+    def __init__(self, b: Budget, seed: int, transform: nn.Module) -> None:
+        data = ClutteredDenseDataset("train")
+        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[: b.train_images]
+        images, masks, self.boxes = [], [], []
+        for batch, targets in _loader(Subset(data, order.tolist()), 64):
+            resized, boxes = transform(list(batch), [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets])
+            images.append(resized.tensors)
+            masks += [t["mask"] for t in targets]
+            self.boxes += boxes
+        self.images, self.masks = torch.cat(images), torch.stack(masks)
+
+
+def train(task: str, model: nn.Module, tokens: torch.Tensor, canvases: Canvases, b: Budget, seed: int,
+          tail_blocks: int) -> None:
+    """The same training for every backbone: the pyramid and head (and the backbone's last ``tail_blocks`` blocks,
+    from ``tokens``, the tokens entering them) under AdamW with cosine decay; what the model's ``forward`` does
+    after its frozen blocks, step for step (torchvision's RPN and box head for the detector)."""
+    backbone = pyramid_of(model).maps.model
+    tail = Tail(backbone, tail_blocks)
+    frozen = {id(p) for p in backbone.parameters()}
+    backbone.requires_grad_(False)
+    tail.requires_grad_(True)
+    groups = [{"params": [p for p in model.parameters() if id(p) not in frozen], "lr": b.head_lr}]
+    if tail_blocks:
+        groups.append({"params": list(tail.parameters()), "lr": b.backbone_lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=b.weight_decay)
+    epochs = b.seg_epochs if task == "segmentation" else b.det_epochs
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer,
+                                                          T_max=epochs * math.ceil(len(tokens) / b.batch_size))
+    weight = torch.tensor([b.background_weight] + [1.0] * (CLUTTERED_DENSE.num_classes - 1))
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(epochs):
+        for batch in torch.randperm(len(tokens), generator=generator).split(b.batch_size):
+            out = head_forward(task, model, tail(tokens[batch]))
+            if task == "segmentation":
+                loss = F.cross_entropy(out, canvases.masks[batch], weight=weight)
+            else:
+                images = ImageList(canvases.images[batch], [(b.size, b.size)] * len(batch))
+                targets = [canvases.boxes[i] for i in batch]
+                proposals, rpn_losses = model.rpn(images, out, targets)
+                _, box_losses = model.roi_heads(out, proposals, images.image_sizes, targets)
+                loss = sum(rpn_losses.values()) + sum(box_losses.values())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    model.eval().requires_grad_(False)
 
 
 def _loader(dataset: Any, batch_size: int) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_dense)
 
 
-def build_head(task: str, backbone: nn.Module) -> nn.Module:
-    """The task's head on (a copy of) ``backbone``, whose weights stay frozen."""
-    model = copy.deepcopy(backbone).eval().requires_grad_(False)
-    if task == "segmentation":
-        return Segmenter(model, CLUTTERED_DENSE.num_classes)
-    return faster_rcnn(model, CLUTTERED_DENSE.num_classes, representation=REPRESENTATION, **DETECTOR)
-
-
-class Cache:
-    """The frozen backbone's last feature map of the training canvases drawn by the seed, computed once for both
-    heads, with the targets at the backbone's input size (as the detector's transform resizes them)."""
-
-    def __init__(self, backbone: nn.Module, b: Budget, seed: int) -> None:
-        data = ClutteredDenseDataset("train")
-        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[: b.train_images]
-        transform = build_head("detection", backbone).transform
-        maps, self.masks, self.targets = [], [], []
-        features = FeatureMaps(backbone, [-1])
-        with torch.no_grad():
-            for images, targets in _loader(Subset(data, order.tolist()), 64):
-                resized, boxes = transform(list(images), [{"boxes": t["boxes"], "labels": t["labels"]}
-                                                          for t in targets])
-                maps.append(features(resized.tensors)[0])
-                self.masks += [t["mask"] for t in targets]
-                self.targets += boxes
-        self.maps, self.size = torch.cat(maps), tuple(resized.tensors.shape[-2:])
-
-
-def train_head(task: str, head: nn.Module, cache: Cache, b: Budget, seed: int) -> None:
-    """The same training for every arm: the head alone (the backbone frozen) on the cached maps, AdamW at
-    ``head_lr``, cosine decay; what the model's ``forward`` does after its backbone, step for step (torchvision's
-    RPN and box head for the detector)."""
-    epochs = b.seg_epochs if task == "segmentation" else b.det_epochs
-    params = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=b.head_lr, weight_decay=b.weight_decay)
-    steps = epochs * math.ceil(len(cache.maps) / b.batch_size)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
-    weight = torch.tensor([b.background_weight] + [1.0] * (CLUTTERED_DENSE.num_classes - 1))
-    generator = torch.Generator().manual_seed(seed)
-    head.train()
-    for _ in range(epochs):
-        for batch in torch.randperm(len(cache.maps), generator=generator).split(b.batch_size):
-            maps = cache.maps[batch]
-            if task == "segmentation":
-                logits = F.interpolate(head.head(maps), size=CLUTTERED_DENSE.input_size[1:], mode="bilinear",
-                                       align_corners=False)
-                loss = F.cross_entropy(logits, torch.stack([cache.masks[i] for i in batch]), weight=weight)
-            else:
-                images = ImageList(torch.zeros(len(batch), 1, *cache.size), [cache.size] * len(batch))
-                targets = [cache.targets[i] for i in batch]
-                features = {"0": maps}
-                proposals, rpn_losses = head.rpn(images, features, targets)
-                _, box_losses = head.roi_heads(features, proposals, images.image_sizes, targets)
-                loss = sum(rpn_losses.values()) + sum(box_losses.values())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-    head.eval()
-
-
 def _val(b: Budget) -> Subset:
     return Subset(ClutteredDenseDataset("val"), range(b.val_images))
 
 
-def score(task: str, head: nn.Module, b: Budget) -> dict[str, Any]:
-    """The trained head's scores on the validation canvases, and its predictions on the first :data:`SHOWN`."""
+def score(task: str, model: nn.Module, b: Budget) -> dict[str, Any]:
+    """The trained model's scores on the validation canvases (per image, for the paired statistics), and its
+    predictions on the first :data:`SHOWN`."""
     val = _val(b)
     batches = _loader(val, 64)
     shown = torch.stack([val[i][0] for i in range(SHOWN)])
     with torch.no_grad():
         if task == "segmentation":
-            scores = segmentation_scores(head, batches, CLUTTERED_DENSE.num_classes, per_image=True)
+            scores = segmentation_scores(model, batches, CLUTTERED_DENSE.num_classes, per_image=True)
             counts = torch.stack([scores.pop("intersection"), scores.pop("union")], dim=2).numpy().astype(np.uint16)
-            masks = head(shown).argmax(dim=1).numpy().astype(np.uint8)
+            masks = model(shown).argmax(dim=1).numpy().astype(np.uint8)
             return {**scores, "counts": pack_array(counts), "shown": pack_array(masks)}
-        found = head(list(shown))
+        matches = detection_matches(model, batches)
+        found = model(list(shown))
     kept = [{k: v[f["scores"] >= SHOWN_SCORE].tolist() for k, v in f.items()} for f in found]
-    return {**detection_scores(head, batches), "shown": kept}
+    scores = {name: float(value[0]) for name, value in matches.average_precision(np.ones(b.val_images)).items()}
+    return {**scores, "matches": matches.to_dict(), "shown": kept}
 
 
-def whole_macs(task: str, head: nn.Module, backbone_macs: int) -> int:
-    """MACs of the whole model on one canvas: the backbone's (``backbone_macs``) and the head's, which torch's
+def whole_macs(task: str, model: nn.Module, backbone_macs: int, b: Budget) -> int:
+    """MACs of the whole model on one canvas: the backbone's (``backbone_macs``) and the rest's, which torch's
     FlopCounterMode gives as the whole model's count less the backbone's alone (matmuls and convolutions; not
     RoIAlign or NMS), half its FLOPs. Its count of the backbone is not used: it misses CPU attention kernels."""
     image = torch.zeros(1, *CLUTTERED_DENSE.input_size)
-    backbone = head.backbone
-    resized = torch.zeros(1, *vitprune.get_adapter(_backbone_of(head)).input_size)
+    backbone = pyramid_of(model).maps.model
+    resized = torch.zeros(1, CLUTTERED_DENSE.input_size[0], b.size, b.size)
 
     def flops(run: Callable[[], Any]) -> int:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             run()
         return counter.get_total_flops()
 
-    whole = flops(lambda: head(image if task == "segmentation" else list(image)))
+    whole = flops(lambda: model(image if task == "segmentation" else list(image)))
     return backbone_macs + (whole - flops(lambda: backbone(resized))) // 2
-
-
-def _backbone_of(head: nn.Module) -> nn.Module:
-    return head.backbone.model if isinstance(head, Segmenter) else head.backbone.maps.model
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -360,14 +446,16 @@ def _backbone_of(head: nn.Module) -> nn.Module:
 
 def measuring_code() -> str:
     """Hash of the code a measurement runs (this file's measuring functions, the claims functions they call,
-    vitprune's packages) and of the settings that live in constants, not in the budget. The page's code is left
-    out: rendering again measures nothing."""
-    settings = json.dumps({"detector": DETECTOR, "representation": REPRESENTATION, "shown": [SHOWN, SHOWN_SCORE]},
-                          sort_keys=True)
-    code = source_hash((Setting, Cache, build_head, train_head, score, whole_macs, _backbone_of, _loader, _val,
-                        pack_array, trim_to, final_macs, "adapters", "surgery", "training", "measure", "data", "models",
-                        "methods", "dense", "recipe", "layers.py", "linear.py"))
-    return hashlib.sha256((code + settings).encode()).hexdigest()
+    vitprune's packages and the dense task's dataset) and of the settings that live in constants, not in the budget.
+    The page's code is left out: rendering again measures nothing."""
+    settings = json.dumps({"detector": DETECTOR, "representation": REPRESENTATION, "scales": DETECTOR_SCALES,
+                           "shown": [SHOWN, SHOWN_SCORE]}, sort_keys=True)
+    code = source_hash((Setting, build_model, pyramid_of, Tail, entering_tokens, head_forward, Canvases, train,
+                        score, whole_macs, _loader, _val, pack_array, trim_to, final_macs, "adapters", "surgery",
+                        "training", "measure", "data", "models", "methods", "dense", "recipe", "layers.py",
+                        "linear.py"))
+    dataset = hashlib.sha256(Path(sys.modules[ClutteredDenseDataset.__module__].__file__).read_bytes()).hexdigest()
+    return hashlib.sha256((code + dataset + settings).encode()).hexdigest()
 
 
 def hetdpt_layers(path: Path, seed: int) -> dict[str, list[int]]:
@@ -395,26 +483,33 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
         setting = settings[seed] = Setting(seed, budget, layers, checkpoints(seed=seed))
         key = hashlib.sha256(json.dumps({"code": code, "budget": spent, "torch": torch.__version__, "layers": layers,
                                          "weights": weights_fingerprint(setting.checkpoint)}).encode()).hexdigest()
-        rows[seed] = {}
+        canvases: list[Canvases] = []
+        rows[seed] = {protocol: {} for protocol in PROTOCOLS}
+        rows[seed]["backbones"] = {}
         for arm in ARMS:
             def shape(arm: str = arm) -> dict[str, Any]:
                 backbone = setting.backbone(arm)
                 return {"macs": count_macs(backbone).macs, "params": sum(p.numel() for p in backbone.parameters()),
                         "layers": layers if arm == "hetdpt" else None}
-            row = {"backbone": store.unit(f"{arm}/seed{seed}/backbone", key, shape)}
-            caches: dict[str, Cache] = {}
-            for task in ("segmentation", "detection"):
-                def measure(task: str = task, arm: str = arm) -> dict[str, Any]:
-                    if "maps" not in caches:
-                        caches["maps"] = Cache(setting.backbone(arm), budget, seed)
-                    torch.manual_seed(seed)
-                    head = build_head(task, setting.backbone(arm))
-                    began = time.perf_counter()
-                    train_head(task, head, caches["maps"], budget, seed)
-                    return {**score(task, head, budget), "train_seconds": time.perf_counter() - began,
-                            "macs": whole_macs(task, head, row["backbone"]["macs"])}
-                row[task] = store.unit(f"{arm}/seed{seed}/{task}", key, measure)
-            rows[seed][arm] = row
+            macs = store.unit(f"{arm}/seed{seed}/backbone", key, shape)
+            rows[seed]["backbones"][arm] = macs
+            for protocol, tail_blocks in (("joint", budget.tail_blocks), ("frozen", 0)):
+                tokens: list[torch.Tensor] = []
+                for task in TASKS:
+                    def measure(task: str = task, arm: str = arm, tail_blocks: int = tail_blocks) -> dict[str, Any]:
+                        torch.manual_seed(seed)
+                        model = build_model(task, setting.backbone(arm), budget)
+                        if not canvases:
+                            canvases.append(Canvases(budget, seed, build_model("detection", setting.backbone(arm),
+                                                                               budget).transform))
+                        if not tokens:
+                            tokens.append(entering_tokens(setting.backbone(arm), tail_blocks, canvases[0].images))
+                        began = time.perf_counter()
+                        train(task, model, tokens[0], canvases[0], budget, seed, tail_blocks)
+                        return {**score(task, model, budget), "train_seconds": time.perf_counter() - began,
+                                "macs": whole_macs(task, model, macs["macs"], budget)}
+                    rows[seed][protocol].setdefault(arm, {})[task] = store.unit(
+                        f"{protocol}/{arm}/seed{seed}/{task}", key, measure)
     # Speed last, on seed 0's models (the timing does not depend on the weights), and on an otherwise idle machine.
     first = budget.seeds[0]
     speed = {}
@@ -425,15 +520,25 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
             for part, batch in (("backbone", 32), ("segmentation", 32), ("detection", 8)):
                 torch.manual_seed(0)
                 a, b = ((setting.backbone(arm), setting.backbone("dense")) if part == "backbone" else
-                        (build_head(part, setting.backbone(arm)), build_head(part, setting.backbone("dense"))))
-                result = compare_speed(a.eval(), b.eval(), input_size=CLUTTERED_DENSE.input_size if part != "backbone"
-                                       else (1, budget.size, budget.size), batch_size=batch, pairs=budget.speed_pairs)
+                        (build_model(part, setting.backbone(arm), budget),
+                         build_model(part, setting.backbone("dense"), budget)))
+                size = (1, budget.size, budget.size) if part == "backbone" else CLUTTERED_DENSE.input_size
+                result = compare_speed(a.eval(), b.eval(), input_size=size, batch_size=batch,
+                                       pairs=budget.speed_pairs)
                 out[part] = {"batch": batch, **result.to_dict()}
             return out
         speed[arm] = store.unit(f"{arm}/speed", code + torch.__version__ + str(budget.speed_pairs), timed)
+    store.close()
     this_call = time.perf_counter() - start
-    return {"date": max(u["date"] for u in store.units.values()), "budget": asdict(budget), "rows": rows,
-            "speed": speed, "stats": statistics_of(rows, budget),
+    stats = statistics_of(rows, budget)
+    # The per-image counts and matches stay in the store: the page reads the statistics made of them.
+    light = {seed: {part: ({arm: {task: {k: v for k, v in scores.items() if k not in ("counts", "matches")}
+                                      for task, scores in tasks.items()} for arm, tasks in arms.items()}
+                           if part in PROTOCOLS else arms) for part, arms in parts.items()}
+             for seed, parts in rows.items()}
+    return {"format": FORMAT, "date": max(u["date"] for u in store.units.values()), "budget": asdict(budget),
+            "rows": light,
+            "speed": speed, "stats": stats,
             "checkpoints": {seed: weights_fingerprint(settings[seed].checkpoint) for seed in budget.seeds},
             "seconds": {"this_call": this_call, "measured_now": store.measured,
                         "measurements": sum(u["seconds"] for u in store.units.values())},
@@ -450,24 +555,46 @@ def _miou(counts: np.ndarray) -> np.ndarray:
 
 
 def statistics_of(rows: dict[int, dict[str, Any]], b: Budget) -> dict[str, Any]:
-    """Each pruned arm against dense: mIoU paired over seeds and images, mAP paired over seeds."""
+    """Each pruned backbone against dense, in each protocol: mIoU and mAP paired over seeds and images, their
+    equivalence within :data:`MARGIN` judged (Holm over the two), and the gaps relative to dense."""
     shape = (b.val_images, CLUTTERED_DENSE.num_classes, 2)
     seeds = list(rows)
+    out: dict[str, Any] = {}
+    for protocol in PROTOCOLS:
+        def counts(arm: str, protocol: str = protocol) -> np.ndarray:
+            flat = [unpack_array(rows[s][protocol][arm]["segmentation"]["counts"], np.uint16, shape) for s in seeds]
+            return np.stack(flat).reshape(len(seeds), b.val_images, -1).astype(np.float64)
 
-    def counts(arm: str) -> np.ndarray:
-        flat = [unpack_array(rows[s][arm]["segmentation"]["counts"], np.uint16, shape) for s in seeds]
-        return np.stack(flat).reshape(len(seeds), b.val_images, -1).astype(np.float64)
+        def matches(arm: str, protocol: str = protocol) -> list[DetectionMatches]:
+            return [DetectionMatches.from_dict(rows[s][protocol][arm]["detection"]["matches"]) for s in seeds]
 
-    out = {}
-    for arm in list(ARMS)[1:]:
-        miou = paired_metric_difference(counts(arm), counts("dense"),
-                                        lambda c: _miou(c.reshape(*c.shape[:-1], -1, 2)), resamples=b.resamples)
-        gaps = [100 * (rows[s][arm]["detection"]["map"] - rows[s]["dense"]["detection"]["map"]) for s in seeds]
-        mean = statistics.fmean(gaps)
-        half = (student_t.ppf(0.975, len(gaps) - 1) * statistics.stdev(gaps) / math.sqrt(len(gaps))
-                if len(gaps) > 1 else math.nan)
-        out[arm] = {"miou": miou.to_dict(), "map": {"effect": mean, "low": mean - half, "high": mean + half,
-                                                    "per_seed": gaps}}
+        def scores(found: list[DetectionMatches]) -> list[Callable[[np.ndarray], np.ndarray]]:
+            return [lambda w, m=m: 100 * m.average_precision(w)["map"] for m in found]
+
+        dense_matches = matches("dense")
+        dense_found = [m.found() for m in dense_matches]
+        dense_score = {"miou": float(np.mean([100 * rows[s][protocol]["dense"]["segmentation"]["miou"]
+                                              for s in seeds])),
+                       "map": float(np.mean([100 * rows[s][protocol]["dense"]["detection"]["map"] for s in seeds]))}
+        out[protocol] = {}
+        for arm in list(ARMS)[1:]:
+            arm_matches = matches(arm)
+            discordant = float(np.mean([a != d for m, found in zip(arm_matches, dense_found)
+                                        for a, d in zip(m.found(), found)]))
+            differences = {
+                "miou": paired_metric_difference(counts(arm), counts("dense"),
+                                                 lambda c: _miou(c.reshape(*c.shape[:-1], -1, 2)),
+                                                 margin=MARGIN, resamples=b.resamples),
+                "map": paired_weighted_difference(scores(arm_matches), scores(dense_matches), b.val_images,
+                                                  discordant=discordant, margin=MARGIN,
+                                                  resamples=b.map_resamples)}
+            verdicts = judge(list(differences.values()), ["comparable"] * len(differences))
+            out[protocol][arm] = {
+                metric: {**d.to_dict(), "relative": 100 * d.effect / dense_score[metric],
+                         "relative_low": 100 * d.low / dense_score[metric],
+                         "relative_high": 100 * d.high / dense_score[metric], "verdict": v.verdict,
+                         "test": v.test, "p": v.p, "p_holm": v.p_holm, "sample": v.sample}
+                for (metric, d), v in zip(differences.items(), verdicts)}
     return out
 
 

@@ -1,24 +1,25 @@
-"""benchmarks/dense.py: the whole run end to end on tiny ViTs (arms at the HetDPT backbone's MACs, a second run
-measuring nothing, the page and figures), and mIoU from per-image counts as torchmetrics counts it."""
+"""benchmarks/dense.py: the whole run end to end on tiny ViTs (arms at the HetDPT backbone's MACs, both protocols, a
+second run measuring nothing, the page and figures), the trained part run from cached tokens as the whole model runs,
+and mIoU from per-image counts as torchmetrics counts it."""
 
 from __future__ import annotations
 
 import importlib.util
 from types import ModuleType
 
-import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import benchmark_module, tracked
 
 from vitprune.atomic import read_json, write_json
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None
-                                or importlib.util.find_spec("torchmetrics") is None,
+                                or importlib.util.find_spec("segmentation_models_pytorch") is None,
                                 reason="needs vitprune[bench] and vitprune[dense]")
 
 #: A tiny ViT on the cluttered-MNIST classifier's input (40 px, 5-px patches).
-TINY = {"img_size": 40, "in_chans": 1, "patch_size": 5, "embed_dim": 32, "depth": 4, "num_heads": 2, "num_classes": 10}
+TINY = {"img_size": 40, "in_chans": 1, "patch_size": 5, "embed_dim": 64, "depth": 4, "num_heads": 2, "num_classes": 10}
 
 
 @pytest.fixture(scope="module")
@@ -49,41 +50,88 @@ def test_miou_from_summed_counts_is_torchmetrics(dense):
     assert dense._miou(counts.sum(axis=0)) == pytest.approx(100 * float(expected))
 
 
+@pytest.mark.parametrize("tail_blocks", [0, 2])
+def test_the_trained_part_from_cached_tokens_is_the_whole_models_function(dense, tail_blocks):
+    """Training runs the backbone's last blocks (none: frozen) from the tokens entering them, cached once: the pyramid
+    and head then see what the whole model computes from the canvas, for the segmenter (its logits) and the detector
+    (its pyramid), and the canvases are resized as both models resize them."""
+    from vitprune.data import ClutteredDenseDataset, collate_dense
+    from vitprune.surgery import prune_depth, set_input_size
+
+    budget = dense.Budget(pyramid_channels=32)
+    backbone = tracked("deit_tiny_patch16_224", TINY)
+    prune_depth(backbone, attention=[1], activation=[3])
+    set_input_size(backbone, budget.size, budget.size)
+    images, _ = collate_dense([ClutteredDenseDataset("val")[i] for i in range(3)])
+    for task in dense.TASKS:
+        torch.manual_seed(0)
+        model = dense.build_model(task, backbone, budget).eval()
+        resized = model.transform(list(images))[0].tensors if task == "detection" else F.interpolate(
+            images, size=(budget.size, budget.size), mode="bilinear", align_corners=False)
+        inner = dense.pyramid_of(model).maps.model
+        tokens = dense.entering_tokens(inner, tail_blocks, resized)
+        with torch.no_grad():
+            cached = dense.head_forward(task, model, dense.Tail(inner, tail_blocks)(tokens))
+            whole = model(images) if task == "segmentation" else dense.pyramid_of(model)(resized)
+        if task == "segmentation":
+            assert cached.shape == (3, 11, 64, 64) and torch.allclose(cached, whole, atol=1e-5)
+        else:
+            assert list(cached) == list(whole) and all(torch.allclose(cached[k], whole[k], atol=1e-5) for k in whole)
+    detector_resize = dense.build_model("detection", backbone, budget).transform(list(images))[0].tensors
+    assert torch.equal(detector_resize, F.interpolate(images, size=(budget.size, budget.size), mode="bilinear",
+                                                      align_corners=False))
+
+
 @pytest.mark.slow
 def test_the_run_brings_every_arm_to_the_hetdpt_backbones_macs_and_resumes(dense, tmp_path):
+    page = benchmark_module("dense_page")
     claims_store = tmp_path / "claims.store.json"
     write_json(claims_store, {"units": {f"hetdpt/step2/seed{s}": {"value": {"attention": [3], "activation": [1]}}
                                         for s in (0, 1)}})
-    budget = dense.Budget(seeds=[0, 1], size=45, calibration_images=64, tune_images=64, train_images=32,
-                          seg_epochs=1, det_epochs=1, val_images=8, speed_pairs=2, resamples=200)
+    budget = dense.Budget(seeds=[0, 1], size=40, calibration_images=64, tune_images=64, train_images=16, seg_epochs=1,
+                          det_epochs=1, tail_blocks=1, pyramid_channels=32, val_images=8, speed_pairs=2,
+                          resamples=200, map_resamples=50)
 
     def checkpoints(seed: int) -> torch.nn.Module:
         return tracked("deit_tiny_patch16_224", TINY, seed=seed)
 
+    store = tmp_path / "tiny.store.json"
+    write_json(store, {"units": {"dense/seed0/segmentation": {"key": "from the first version"}}})
     report = dense.run(budget, tmp_path, "tiny", claims_store, checkpoints)
     for seed in (0, 1):
         rows = report["rows"][seed]
-        target = rows["hetdpt"]["backbone"]["macs"]
-        assert target < rows["dense"]["backbone"]["macs"]
+        target = rows["backbones"]["hetdpt"]["macs"]
+        assert target < rows["backbones"]["dense"]["macs"]
         for arm in ("vbp", "width"):
-            assert target * (1 - dense.MATCH) <= rows[arm]["backbone"]["macs"] <= target
-        for arm in dense.ARMS:
-            assert 0 <= rows[arm]["segmentation"]["miou"] <= 1 and 0 <= rows[arm]["detection"]["map"] <= 1
-            assert rows[arm]["segmentation"]["macs"] > rows[arm]["backbone"]["macs"]
-            assert rows[arm]["detection"]["macs"] > rows[arm]["backbone"]["macs"]
-    assert set(report["stats"]) == {"hetdpt", "vbp", "width"} and set(report["speed"]) == {"hetdpt", "vbp", "width"}
-    miou = report["stats"]["vbp"]["miou"]
-    assert miou["low"] <= miou["effect"] <= miou["high"]
-    per_seed = report["stats"]["vbp"]["map"]["per_seed"]
-    assert report["stats"]["vbp"]["map"]["effect"] == pytest.approx(np.mean(per_seed))
+            assert target * (1 - dense.MATCH) <= rows["backbones"][arm]["macs"] <= target
+        for protocol in dense.PROTOCOLS:
+            for arm in dense.ARMS:
+                scores = rows[protocol][arm]
+                assert 0 <= scores["segmentation"]["miou"] <= 1 and 0 <= scores["detection"]["map"] <= 1
+                assert scores["segmentation"]["macs"] > rows["backbones"][arm]["macs"]
+                assert scores["detection"]["macs"] > rows["backbones"][arm]["macs"]
+                assert "counts" not in scores["segmentation"] and "matches" not in scores["detection"]
+    for protocol in dense.PROTOCOLS:
+        assert set(report["stats"][protocol]) == {"hetdpt", "vbp", "width"}
+        for metric in ("miou", "map"):
+            d = report["stats"][protocol]["vbp"][metric]
+            assert d["low"] <= d["effect"] <= d["high"] and d["margin"] == 1.0
+            assert d["verdict"] in ("holds", "does not hold", "inconclusive") and d["seeds"] == 2
+    assert set(report["speed"]) == {"hetdpt", "vbp", "width"}
+    # the first version's unit is gone; the store holds the units the page reads, and a second run measures none
+    units = read_json(store)["units"]
+    assert "dense/seed0/segmentation" not in units and "joint/width/seed1/detection" in units
     assert dense.run(budget, tmp_path, "tiny", claims_store, checkpoints)["seconds"]["measured_now"] == 0
     dense.write({**report, "command": "python benchmarks/dense.py"}, tmp_path, "tiny")
-    page = (tmp_path / "tiny.md").read_text(encoding="utf-8")
-    assert "![masks](tiny_masks.png)" in page and "| HetDPT (depth) |" in page
+    text = (tmp_path / "tiny.md").read_text(encoding="utf-8")
+    assert "![masks](tiny_masks.png)" in text and "### Joint: the backbone's last blocks" in text
+    assert "| HetDPT (depth) |" in text and "The two protocols: by mIoU they" in text
     # The page renders from the report alone (what --render does): again from its JSON, byte for byte.
     dense.write(read_json(tmp_path / "tiny.json"), tmp_path, "tiny")
-    assert (tmp_path / "tiny.md").read_text(encoding="utf-8") == page
+    assert (tmp_path / "tiny.md").read_text(encoding="utf-8") == text
     assert (tmp_path / "tiny_masks.png").stat().st_size > 0 and (tmp_path / "tiny_boxes.png").stat().st_size > 0
+    (summary,) = page.summary(read_json(tmp_path / "tiny.json"))
+    assert summary.startswith("**Pruned backbones under dense heads:** [dense.md](dense.md)") and "HetDPT" in summary
 
 
 def test_without_the_claims_runs_layers_the_run_says_what_to_run_first(dense, tmp_path):

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vitprune.data.cluttered_dense import (
-    CLUTTERED_DENSE, DENSE_MAX_DIGITS, DENSE_STROKE, ClutteredDenseDataset, collate_dense,
+    CLUTTERED_DENSE, DENSE_MAX_DIGITS, DENSE_STROKE, DENSE_THICKEN, ClutteredDenseDataset, collate_dense, thicken,
 )
 from vitprune.data.cluttered_mnist import load_mnist_digits, split_indices
 
@@ -49,7 +49,7 @@ def test_splits_share_no_source_digit():
 
 
 def test_masks_and_boxes_describe_the_same_digits(val):
-    images, labels = load_mnist_digits()
+    _, labels = load_mnist_digits()
     counts = []
     for i in range(0, len(val), 31):
         _, target = val[i]
@@ -63,11 +63,24 @@ def test_masks_and_boxes_describe_the_same_digits(val):
             # The box is tight around the digit's strokes: each edge row and column holds one of its pixels.
             for edge in (inside[0], inside[-1], inside[:, 0], inside[:, -1]):
                 assert bool((edge == label).any())
-            strokes = int((images[val.sources[source]] >= DENSE_STROKE).sum())
+            strokes = int((val.digits[source] >= DENSE_STROKE).sum())
             assert int((inside == label).sum()) == strokes  # digits do not overlap: every stroke pixel is its own
             covered[y1:y2, x1:x2] |= inside == label
         assert torch.equal(covered, mask > 0)  # and nothing else is labelled: clutter is background
     assert set(counts) == set(range(1, DENSE_MAX_DIGITS + 1))
+
+
+def test_strokes_are_thickened_by_a_disc_in_images_and_labels(val):
+    """Each digit is MNIST's own, grey-dilated by DENSE_THICKEN pixels: a lone pixel becomes the disc around it, and
+    every original stroke pixel keeps at least its brightness."""
+    dot = np.zeros((1, 7, 7), dtype=np.float32)
+    dot[0, 3, 3] = 0.8
+    assert (thicken(dot, 1)[0] > 0).sum() == 5 and (thicken(dot, 2)[0] > 0).sum() == 13
+    assert thicken(dot, 0) is dot
+    images, _ = load_mnist_digits()
+    original = images[val.sources]
+    assert np.array_equal(val.digits, thicken(original, DENSE_THICKEN)) and bool((val.digits >= original).all())
+    assert (val.digits >= DENSE_STROKE).sum() > (original >= DENSE_STROKE).sum()
 
 
 def test_the_normalisation_is_the_training_canvases_statistics():

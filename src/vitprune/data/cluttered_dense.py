@@ -2,7 +2,10 @@
 
 Each image is a 64x64 canvas with one to :data:`DENSE_MAX_DIGITS` real MNIST digits, placed where their 28x28
 squares do not overlap, among :data:`DENSE_PIECES` 8x8 crops of other digits (the clutter of
-:mod:`~vitprune.data.cluttered_mnist`, which is background here). A pixel covered twice keeps its brighter value.
+:mod:`~vitprune.data.cluttered_mnist`, which is background here). Every digit's strokes, the clutter's included, are
+thickened by :data:`DENSE_THICKEN` pixels on each side (a grey dilation), images and labels alike: MNIST's own 2-3
+px strokes are thinner than the cells of the patch models that segment them. A pixel covered twice keeps its
+brighter value.
 The target of an item is
 
 - ``mask`` ``[64, 64]`` (int64): the class of every pixel, 0 for background and ``d + 1`` where a stroke of a
@@ -33,11 +36,13 @@ from vitprune.data.own import OwnTask
 
 #: The dense task: 1x64x64 canvases, 11 classes per pixel and per box (background, then digits 0-9), normalised by
 #: the fixed training canvases' pixel statistics.
-CLUTTERED_DENSE = OwnTask(input_size=(1, 64, 64), num_classes=11, mean=0.0648, std=0.2270)
+CLUTTERED_DENSE = OwnTask(input_size=(1, 64, 64), num_classes=11, mean=0.0878, std=0.2691)
 #: Most digits on a canvas (each item draws 1 to this many).
 DENSE_MAX_DIGITS = 3
 #: Clutter crops per canvas.
-DENSE_PIECES = 8
+DENSE_PIECES = 4
+#: Pixels by which every digit's strokes are thickened (the radius of the disc of a grey dilation).
+DENSE_THICKEN = 1
 #: A digit's pixel at least this bright is a stroke (labelled); fainter ones are background.
 DENSE_STROKE = 0.5
 
@@ -55,7 +60,7 @@ class ClutteredDenseDataset(Dataset):
                  generator: torch.Generator | None = None) -> None:
         self.sources = split_indices(split, seed)
         images, labels = load_mnist_digits()
-        self.digits, self.labels = images[self.sources], labels[self.sources]
+        self.digits, self.labels = thicken(images[self.sources], DENSE_THICKEN), labels[self.sources]
         self.split, self.augment, self.seed, self.generator = split, augment, seed, generator
 
     def __len__(self) -> int:
@@ -125,6 +130,21 @@ class ClutteredDenseDataset(Dataset):
             if all(abs(top - t) >= _DIGIT_SIZE or abs(left - c) >= _DIGIT_SIZE for t, c in placed):
                 return top, left
         return None
+
+
+def thicken(digits: np.ndarray, radius: int) -> np.ndarray:
+    """``digits`` ``[n, H, W]`` with each pixel the brightest within ``radius`` pixels of it (a grey dilation by a
+    disc), which thickens every stroke by ``radius`` on each side."""
+    if radius <= 0:
+        return digits
+    padded = np.pad(digits, ((0, 0), (radius, radius), (radius, radius)))
+    height, width = digits.shape[1:]
+    out = digits.copy()
+    for dy in range(-radius, radius + 1):
+        for dx in range(-radius, radius + 1):
+            if dy * dy + dx * dx <= radius * radius:
+                np.maximum(out, padded[:, radius + dy: radius + dy + height, radius + dx: radius + dx + width], out=out)
+    return out
 
 
 def collate_dense(batch: list[tuple[torch.Tensor, dict[str, Any]]]) -> tuple[torch.Tensor, list[dict[str, Any]]]:
