@@ -24,6 +24,8 @@ class ClaimText:
     statement: str
     source: str
     protocol: str
+    #: The claim in a few words, for the README's summary.
+    short: str
 
 
 #: How Fig. 8's claims are tested (``reducer``: the swept setting).
@@ -48,7 +50,8 @@ CLAIMS: dict[str, ClaimText] = {
         "No paper runs this control: every paper's dense row is the original checkpoint (HetDPT even fine-tunes "
         "from a distilled one). A recovery that costs a lossless model accuracy would favour, after recovery, the "
         "arms that need less of it.",
-        "Each seed's dense checkpoint goes through the recovery every pruned arm gets."),
+        "Each seed's dense checkpoint goes through the recovery every pruned arm gets.",
+        "the recovery costs a lossless model nothing"),
     "hetdpt-joint": ClaimText(
         "HetDPT", "Removing attention and GELU layers jointly (the MAP's split) beats removing one type only, at "
         "equal MACs, after recovery",
@@ -58,7 +61,8 @@ CLAIMS: dict[str, ClaimText] = {
         "Equal MACs (the paper: equal measured speedup) and one selector for every arm, TE-Static layers (the "
         "paper's single-type arms use NOSE, which would mix the selector with the split). Judged after recovery. "
         "The paper's own MAP data (App. C, Table 10) have one type winning at 3 layers or fewer and mixing from 4; "
-        "our budget, 66% of the MACs, is about 5 layers."),
+        "our budget, 66% of the MACs, is about 5 layers.",
+        "HetDPT's joint attention + GELU split over one type"),
     "hetdpt-step2": ClaimText(
         "HetDPT", "Step 2's learned importance picks better layers within each type than transfer entropy alone "
         "(TE-Static), at the same split, after recovery",
@@ -70,7 +74,8 @@ CLAIMS: dict[str, ClaimText] = {
         "the learning rate per step whatever its gradient, so the scores count the steps whose gradient favoured "
         "keeping a layer: Step 2 needs steps before its first removal, and gets {search} ({ratio} the recovery's "
         "{recovery}; the paper's code: 80 search epochs to 400 fine-tune epochs, 1:5, which here would leave "
-        "{paper_steps} steps). No random arm: the paper tests none."),
+        "{paper_steps} steps). No random arm: the paper tests none.",
+        "HetDPT's Step 2 over transfer entropy alone"),
     "hetdpt-map": ClaimText(
         "HetDPT", "The MAP's predicted split is within ±1 point of the best split of the budget, after recovery",
         "§3.4: \"MAP trained on fast-finetuned data consistently identifies the optimal pruning configuration of the "
@@ -80,7 +85,8 @@ CLAIMS: dict[str, ClaimText] = {
         "layers), after recovery. The MAP is fitted to Algorithm 1 and 2 points of checkpoint seed 0, scored on "
         "held-out training images. The best split is the one of highest top-1 on those held-out images after the "
         "recovery (then scored on the validation images like every arm): chosen after measuring, which favours it, "
-        "so the test is conservative for the MAP."),
+        "so the test is conservative for the MAP.",
+        "the MAP's split within ±1 point of the best"),
     "hetdpt-asymmetry": ClaimText(
         "HetDPT", "One GELU removal hurts more than one attention removal right after pruning; after fine-tuning the "
         "two are within ±1 point",
@@ -92,7 +98,8 @@ CLAIMS: dict[str, ClaimText] = {
         "checkpoint right after pruning and on the long-recovery seeds after the recovery (a minute per arm), both "
         "of a block's arms on the same checkpoints and recovery images; each block's two comparisons pair seeds and "
         "images. The claim holds when every block bears it out. The paper's fine-tune is 10 ImageNet epochs, ours "
-        "the short recovery (and the longer one below)."),
+        "the short recovery (and the longer one below).",
+        "a GELU removal hurting more than an attention removal"),
     "vbp-criterion": ClaimText(
         "VBP", "With 50% of FFN neurons removed, post-activation variance keeps more accuracy right after pruning and "
         "ends higher after fine-tuning than weight magnitude and SNIP",
@@ -102,12 +109,14 @@ CLAIMS: dict[str, ClaimText] = {
         "Every criterion with mean-shift compensation (the paper does not say whether its baselines had it: the "
         "same on both sides), 50% of the neurons removed globally; judged right after pruning and after recovery "
         "(the paper: 10 epochs of distillation). Mean activation and random are not the paper's criteria; random "
-        "is in the ratio sweep below, as the task's floor."),
+        "is in the ratio sweep below, as the task's floor.",
+        "VBP's variance over magnitude and SNIP"),
     "vbp-mean-shift": ClaimText(
         "VBP", "With the variance criterion, mean-shift compensation raises accuracy right after pruning and after "
         "fine-tuning",
         "Table 6 (DeiT-B, 50%): variance without mean-shift 26.04 retained / 80.62 final, with it 66.40 / 80.99.",
-        "The variance criterion only: the paper measures mean-shift with no other."),
+        "The variance criterion only: the paper measures mean-shift with no other.",
+        "VBP's mean-shift compensation"),
     "star-fusion": ClaimText(
         "STAR", "Fusing online [CLS] attention with the offline LRP prior keeps better tokens than either score "
         "alone, right after pruning at matched MACs",
@@ -115,7 +124,8 @@ CLAIMS: dict[str, ClaimText] = {
         "fusion is instrumental (i.e., α ∈ {0, 1} are the worst choices)\" (DeiT-B at 10.2 GFLOPs: α 0.15 80.0, "
         "α 1 79.4, α 0 77.7)",
         "α 0.15 against α 1 ([CLS] only) and α 0 (LRP only) on one ACS schedule at 60% of the MACs. No random arm: "
-        "the paper tests none."),
+        "the paper tests none.",
+        "STAR's fused scores over either alone"),
     "star-acs": ClaimText(
         "STAR", "Keep rates from average cosine similarity beat the manual schedule at matched MACs, right after "
         "pruning",
@@ -124,13 +134,15 @@ CLAIMS: dict[str, ClaimText] = {
         "(10.2) with improvement (+0.3%) in both Top-1 and Top-5 Accuracy.\"",
         "The manual schedule is Table 2's: per-layer keep ratios r, r², r³ at blocks 4, 7 and 10 of DeiT-B's 12, "
         "here at blocks 3, 5 and 7 of 8, with r bisected to the same MACs. Both with [CLS] scores alone (α 1), as the "
-        "paper compares them."),
+        "paper compares them.",
+        "STAR's ACS keep rates over the manual schedule"),
     "star-adaptive": ClaimText(
         "STAR", "Adaptive a-STAR beats static STAR at matched (mean) MACs, right after pruning",
         "§6.2: \"With the same GFLOPs (10.2), the adaptive pruning strategy (a-STAR) achieves a +0.2%/+0.1% "
         "additional improvement on Top-1 and Top-5 Acc. over STAR.\" (after fine-tuning, at the same ρ, a-STAR is "
         "0.1 to 0.2 lower: Table 1)",
-        "a-STAR's MACs are their mean over the first validation images."),
+        "a-STAR's MACs are their mean over the first validation images.",
+        "a-STAR over static STAR"),
     "hiap-uniform": ClaimText(
         "HiAP", "HiAP at a MAC budget beats uniform width pruning at matched MACs and training",
         "§5.4: \"yielding a +0.93% accuracy improvement over the uniform baseline at the 33% budget\" (Table 3, "
@@ -139,7 +151,8 @@ CLAIMS: dict[str, ClaimText] = {
         "distillation (α 0.7, τ 4, the paper's); the uniform model (the same share of value dims and neurons in "
         "every block, by ℓ1) trains on the same images for the same epochs with the same distillation. HiAP is "
         "extracted by the library's budget search so that the two match in MACs (the 0.5 threshold's MACs are the "
-        "next claim); judged at the end of training, as the paper (no fine-tune after extraction)."),
+        "next claim); judged at the end of training, as the paper (no fine-tune after extraction).",
+        "HiAP over uniform width pruning"),
     "hiap-budget": ClaimText(
         "HiAP", "Hardening the gates at the paper's 0.5 threshold lands within ±5% of the MAC budget",
         "Proposition 2: \"using a fixed threshold θ = 0.5 natively finds a sub-network such that |f(0.5) − "
@@ -147,7 +160,8 @@ CLAIMS: dict[str, ClaimText] = {
         "The paper names no ε: we take ±5%. Its loss has no budget target (budgets are met by tuning λ); the "
         "library's controller steers the expected cost to the target. Per seed, the MACs at threshold 0.5 (logit 0) "
         "and at the library's budget search. Shown, not judged: the proposition is about gates trained until they "
-        "are binary, which a run here does not reach (below)."),
+        "are binary, which a run here does not reach (below).",
+        "HiAP's gates landing within ±5% of the budget"),
     "hetdpt-plus": ClaimText(
         "HetDPT+", "Depth pruning then width pruning (HetDPT+) beats width pruning alone at matched MACs, after "
         "recovery",
@@ -155,21 +169,24 @@ CLAIMS: dict[str, ClaimText] = {
         "Pruning: 3.73× vs. 3.39× at ∼82.5% accuracy, and 5.19× vs. 4.24× at ∼81% accuracy.\" (Table 2 holds "
         "Isomorphic's published numbers at other MACs; at 1.1 vs 1.2 GMACs HetDPT+ is 0.1 lower)",
         "Step 2's layers at 66% of the MACs, merged, then Taylor width pruning (torch-pruning, Isomorphic's "
-        "importance) to 50%; against Taylor width pruning alone to 50%. The paper gives no HetDPT+ recipe."),
+        "importance) to 50%; against Taylor width pruning alone to 50%. The paper gives no HetDPT+ recipe.",
+        "HetDPT+ over width pruning alone"),
     "hetdpt-fig8-tome": ClaimText(
         "HetDPT", "At matched top-1, HetDPT + ToMe is faster than the dense model + ToMe (depth pruning is orthogonal "
         "to token merging)",
         "App. B, Fig. 8: \"our method consistently surpasses DeiT-B under the same token reduction algorithms\"; "
         "§4.1: \"HetDPT exhibits excellent orthogonality with token reduction methods\" (e.g. 1410.6 vs 884.1 "
         "images/s with ToMe, about 0.9 points below the dense DeiT-B)",
-        _FIG8_PROTOCOL.format(reducer="ToMe's merge count r (constant schedule, proportional attention)")),
+        _FIG8_PROTOCOL.format(reducer="ToMe's merge count r (constant schedule, proportional attention)"),
+        "HetDPT + ToMe faster than dense + ToMe (Fig. 8)"),
     "hetdpt-fig8-star": ClaimText(
         "HetDPT", "At matched top-1, HetDPT + STAR is faster than the dense model + STAR (depth pruning is orthogonal "
         "to token pruning)",
         "The same claim with token pruning in place of merging: Fig. 8's second method is GTP-ViT (graph-based "
         "token propagation), which vitprune does not implement; STAR stands in for the pruning family.",
         _FIG8_PROTOCOL.format(reducer="STAR's keep rate ρ (ACS schedule, fused scores with the dense checkpoint's "
-                                      "LRP prior)")),
+                                      "LRP prior)"),
+        "HetDPT + STAR faster than dense + STAR (Fig. 8)"),
 }
 
 #: Claims an earlier version of the page tested that no paper makes, and why they went.
@@ -493,6 +510,43 @@ def to_markdown(report: dict[str, Any], command: str) -> str:
              "ratios](claims_vbp.png)" + (", [Fig. 8](claims_fig8.png)" if "fig8" in report["tables"] else ""))
     lines += ["", plots.replace("claims_", f"{report.get('stem', 'claims')}_"), ""]
     return "\n".join(lines)
+
+
+def summary(report: dict[str, Any]) -> list[str]:
+    """The README's paragraph on the page (links relative to the results folder): what is tested, how, and each
+    verdict's claims, with the recovery control's difference, rendered from the report alone."""
+    b, claims = report["budget"], report["claims"]
+    seeds = len(b["seeds"])
+    by_verdict = {v: [c for c in claims if c["verdict"] == v and c["id"] != "recovery-control"] for v in VERDICTS}
+    parts = []
+    for verdict, listed in by_verdict.items():
+        if listed:
+            named = "; ".join(CLAIMS[c["id"]].short + _summary_effect(c) for c in listed)
+            parts.append(f"{verdict} {len(listed)} ({named})")
+    control = next((c for c in claims if c["id"] == "recovery-control"), None)
+    text = (f"**Each paper's claims, tested where a method can lose:** [claims.md](claims.md) quotes each claim of "
+            f"{', '.join(dict.fromkeys(CLAIMS[c['id']].paper for c in claims if CLAIMS[c['id']].paper != 'Protocol'))}"
+            f" as its paper states it and tests it under the paper's protocol on `cluttered-mnist-vit` ({seeds} "
+            f"seeded checkpoint{'s' * (seeds > 1)}, {report['val_images']:,} validation images, matched MACs), with "
+            f"paired statistics (95% intervals over images and seeds, Holm within a claim, a ±{MARGIN:g}-point "
+            f"equivalence margin fixed before the run; `{report['command']}`, "
+            f"{report['seconds']['measurements'] / 60:.0f} min of measurements on "
+            f"{' or '.join(map(str, report['threads']))} CPU threads). Of {len(claims) - (control is not None)} "
+            f"claims: {'; '.join(parts)}.")
+    if control is not None:
+        d = control["comparisons"][0]["difference"]
+        text += (f" The dense + recovery control ({control['verdict']}) puts what the recovery costs a lossless "
+                 f"model at {d['effect']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] points.")
+    return [text]
+
+
+def _summary_effect(c: dict[str, Any]) -> str:
+    """A one-comparison claim's difference in points, for the summary (none for several, or for a speed claim)."""
+    judged = [x for x in c["comparisons"] if x.get("judged") and "difference" in x]
+    if len(judged) != 1 or c["id"].startswith("hetdpt-fig8"):
+        return ""
+    d = judged[0]["difference"]
+    return f", {d['effect']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
 
 
 _COLOURS = {"holds": "tab:green", "does not hold": "tab:red", "equivalent": "tab:blue", "inconclusive": "tab:gray",

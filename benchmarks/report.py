@@ -1,10 +1,11 @@
 """The generated results page: every results file of a benchmark run, headline tables and plots, no typed numbers.
 
-Reads the JSON files the benchmark scripts wrote into a results folder and writes ``<results>/README.md``:
-how the run was made (``suite.json``: protocol, machine, each job's command and wall time), headline
-tables drawn from the structural, digits and ONNX results, the plots, and a link to every results file
-with its title. With ``--readme`` it also rewrites the excerpt between the README's
-``<!-- results:start -->`` and ``<!-- results:end -->`` markers. ``suite.py`` calls it after every run.
+Reads the JSON files the benchmark scripts wrote into a results folder and writes ``<results>/README.md``: how
+the run was made (``suite.json``: protocol, machine, each job's command and wall time), the claims page's and the
+dense benchmark's summaries (``claims.json``, ``dense.json``, each rendered by its page's ``summary``), headline
+tables drawn from the structural, digits and ONNX results, the plots, and a link to every results file with its
+title. With ``--readme`` it also rewrites the excerpt between the README's ``<!-- results:start -->`` and
+``<!-- results:end -->`` markers. ``suite.py`` calls it after every run.
 
     python benchmarks/report.py                       # benchmarks/results/README.md and README.md's excerpt
     python benchmarks/report.py --results /tmp/run --no-readme
@@ -16,6 +17,11 @@ import argparse
 import re
 from pathlib import Path
 from typing import Any
+
+from claims_page import FORMAT as CLAIMS_FORMAT
+from claims_page import summary as claims_summary
+from dense_page import FORMAT as DENSE_FORMAT
+from dense_page import summary as dense_summary
 
 from vitprune.atomic import atomic_file, read_json
 
@@ -134,14 +140,21 @@ def _section(results: Path, stem: str, title: str, table, context) -> list[str]:
 
 def headlines(results: Path, link: str = "") -> list[str]:
     """The headline sections (links relative to the results folder, prefixed with ``link``)."""
-    lines = [*_section(results, "digits", "Every method on the digits ViT", digits_table, digits_context),
-             *_section(results, "structural_cpu", "Every method on DeiT-T/S/B (structure, CPU speed)",
-                       structural_table, structural_context),
-             *_section(results, "structural_cuda", "Every method on DeiT-T/S/B (GPU, fp32)", structural_table,
-                       structural_context),
-             *_section(results, "structural_cuda_float16", "Every method on DeiT-T/S/B (GPU, fp16)",
-                       structural_table, structural_context),
-             *_section(results, "onnx_deit_cpu", "ONNX deployment (onnxruntime, CPU)", onnx_table, onnx_context)]
+    lines = []
+    for stem, title, form, summary in (("claims", "Each paper's claims on cluttered MNIST", CLAIMS_FORMAT,
+                                        claims_summary),
+                                       ("dense", "Pruned backbones under dense heads", DENSE_FORMAT, dense_summary)):
+        report = _load(results, f"{stem}.json")
+        if report is not None and report.get("format") == form:
+            lines += [f"### {title}", "", *summary(report), ""]
+    lines += [*_section(results, "digits", "Every method on the digits ViT", digits_table, digits_context),
+              *_section(results, "structural_cpu", "Every method on DeiT-T/S/B (structure, CPU speed)",
+                        structural_table, structural_context),
+              *_section(results, "structural_cuda", "Every method on DeiT-T/S/B (GPU, fp32)", structural_table,
+                        structural_context),
+              *_section(results, "structural_cuda_float16", "Every method on DeiT-T/S/B (GPU, fp16)",
+                        structural_table, structural_context),
+              *_section(results, "onnx_deit_cpu", "ONNX deployment (onnxruntime, CPU)", onnx_table, onnx_context)]
     if link:
         lines = [re.sub(r"\]\((?!https?:)([^)]+)\)", lambda m: f"]({link}{m.group(1)})", line) for line in lines]
     return lines

@@ -97,6 +97,40 @@ def test_page_and_readme_excerpt_come_from_the_results_files(tmp_path):
     assert "[digits.md](bench/results/digits.md)" in text and "| VBP 30% | 90.00 | 95.00 |" in text
 
 
+def test_the_claims_pages_summary_leads_the_excerpt_from_its_report_alone(tmp_path):
+    import claims_page
+
+    def claim(claim_id: str, verdict: str, comparisons: int = 1) -> dict:
+        difference = {"effect": 1.73, "low": 0.9, "high": 2.5}
+        return {"id": claim_id, "verdict": verdict, "comparisons": [{"judged": True, "difference": difference}]
+                * comparisons}
+
+    claims = {"format": claims_page.FORMAT, "budget": {"seeds": list(range(6))}, "val_images": 4000,
+              "command": "python benchmarks/claims.py --seeds 0 1 2 3 4 5", "seconds": {"measurements": 18_000},
+              "threads": [2], "claims": [claim("recovery-control", "equivalent"), claim("hetdpt-step2", "holds"),
+                                         claim("vbp-criterion", "does not hold", 2),
+                                         claim("hetdpt-fig8-tome", "inconclusive")]}
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "claims.json").write_text(json.dumps(claims))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{report.START}\n{report.END}\n")
+    report.write_page(results, readme=readme)
+    text = readme.read_text()
+    assert "#### Each paper's claims on cluttered MNIST" in text and "[claims.md](results/claims.md)" in text
+    assert "claim of HetDPT, VBP as its paper states it" in text and "(6 seeded checkpoints, 4,000 validation" in text
+    assert "`python benchmarks/claims.py --seeds 0 1 2 3 4 5`, 300 min of measurements on 2 CPU threads" in text
+    # each verdict lists its claims, a one-comparison claim with its difference, a speed claim without one
+    assert ("Of 3 claims: holds 1 (HetDPT's Step 2 over transfer entropy alone, +1.7 [+0.9, +2.5]); does not hold 1 "
+            "(VBP's variance over magnitude and SNIP); inconclusive 1 (HetDPT + ToMe faster than dense + ToMe "
+            "(Fig. 8)).") in text
+    assert "The dense + recovery control (equivalent) puts what the recovery costs a lossless model at +1.73 [+0.90, " \
+           "+2.50] points." in text
+    # an earlier format's report is not summarised
+    (results / "claims.json").write_text(json.dumps({**claims, "format": 2}))
+    assert "Each paper's claims" not in report.page(results)
+
+
 def test_commands_are_shown_as_a_user_would_type_them():
     assert suite._shown([sys.executable, "-c", "import a; a.b()"]) == "python -c 'import a; a.b()'"
     assert suite._shown([sys.executable, "-m", "vitprune", "analyze", "recovery", "--out", "/tmp/x"]) == (

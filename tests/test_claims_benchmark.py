@@ -206,7 +206,8 @@ def test_a_changed_code_hash_or_weights_file_re_measures_the_unit(claims, tmp_pa
     setting = _setting(claims, seeds=(0,), val=16)
     with torch.no_grad():
         next(setting.checkpoints[0].parameters()).add_(1e-3)
-    changed = _runner(claims, tmp_path, setting=setting, units=json.loads((tmp_path / "store.json").read_text())["units"])
+    stored = json.loads((tmp_path / "store.json").read_text())["units"]
+    changed = _runner(claims, tmp_path, setting=setting, units=stored)
     assert changed.unit("x", compute, family="vbp", seed=0) == 3
     # and so does another torch
     units = json.loads((tmp_path / "store.json").read_text())["units"]
@@ -287,7 +288,7 @@ def test_manual_schedule_sits_where_deit_bs_does(claims):
 
 def test_every_claim_has_its_papers_words_and_a_protocol(page):
     for claim_id, text in page.CLAIMS.items():
-        assert text.paper and text.statement and text.source and text.protocol, claim_id
+        assert text.paper and text.statement and text.source and text.protocol and text.short, claim_id
 
 
 @pytest.mark.skipif(not (RESULTS / "claims.json").exists(), reason="no committed full run")
