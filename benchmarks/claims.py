@@ -30,6 +30,7 @@ interrupted run continues where it stopped and a page never shows a stale number
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import inspect
@@ -37,10 +38,11 @@ import itertools
 import json
 import math
 import re
+import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,7 +72,7 @@ from vitprune.methods.hiap import HiAPConfig, budget_threshold, extract, train_g
 from vitprune.methods.hiap.search import fixed_macs
 from vitprune.methods.star import (apply_keep_rates, average_cosine_similarity, inter_layer_scores, keep_rates,
                                    rho_for_macs)
-from vitprune.methods.vbp import (magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection,
+from vitprune.methods.vbp import (hidden_mlps, magnitude_scores, mlp_statistics, neuron_scores, prune_by_selection,
                                   select_for_macs, select_neurons)
 from vitprune.methods.tome import apply_merging, r_schedule
 from vitprune.methods.width import prune_width_to_macs, taylor_gradients
@@ -753,6 +755,75 @@ def _vbp_facts(trend: dict[str, dict[str, list[float]]], diagnosed: dict[int, di
             "spearman_low": min(spearman), "spearman_high": max(spearman), "early_removed": early}
 
 
+def mean_shift_facts(r: Runner) -> dict[str, Any]:
+    """What VBP's mean-shift diagnosis cites, per checkpoint at the claim's ratio with the variance criterion: the
+    share of the error that the removed neurons leave in their blocks' output (per token, on the calibration images
+    the means come from) which folding their mean takes away; how the fold changes that error on the class token (the
+    one the classifier reads); and how far each model's logits on the first 1,000 held-out training images lie from
+    its dense checkpoint's with and without the fold, with every block pruned and with each block pruned alone. Units
+    of their own family, so that adding them re-measured none of the claim's arms."""
+    def measure(seed: int) -> dict[str, Any]:
+        dense = r.dense(seed)
+        stats = r.once(("stats", seed), lambda: mlp_statistics(dense, r.calibration))
+        scores = r.once(("scores", seed, "variance"), lambda: neuron_scores(dense, "variance", r.calibration,
+                                                                             stats=stats, seed=seed))
+        removed = select_neurons(scores, r.b.vbp_ratio)
+        prefix = vitprune.get_adapter(dense).num_prefix_tokens
+        energy = {"left": 0.0, "folded": 0.0, "prefix_left": 0.0, "prefix_folded": 0.0}
+
+        def record(block: int, fc2: nn.Linear):
+            weight = fc2.weight[:, removed[block]].double()
+            folded = stats[block].mean[removed[block]].double() @ weight.T
+
+            def hook(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+                lost = args[0][..., removed[block]].double() @ weight.T
+                for part, tokens in (("", lost), ("prefix_", lost[:, :prefix])):
+                    energy[f"{part}left"] += float(tokens.square().sum())
+                    energy[f"{part}folded"] += float((tokens - folded).square().sum())
+            return hook
+
+        handles = [v.mlp.fc2.register_forward_pre_hook(record(v.index, v.mlp.fc2))
+                   for v in hidden_mlps(dense) if removed.get(v.index)]
+        try:
+            with torch.no_grad():
+                for images, _ in r.calibration:
+                    dense(images)
+        finally:
+            for handle in handles:
+                handle.remove()
+        images = torch.cat([x for x, _ in r.holdout_loader])[:1000]
+        with torch.no_grad():
+            reference = dense(images)
+
+            def pruned(blocks: list[int], fold: bool) -> torch.Tensor:
+                model = copy.deepcopy(dense)
+                prune_by_selection(model, {b: removed[b] for b in blocks}, stats if fold else None)
+                return model.eval()(images)
+
+            def mse(logits: torch.Tensor) -> float:
+                return float((logits - reference).square().mean())
+
+            everywhere = sorted(b for b in removed if removed[b])
+            logits = {"plain": pruned(everywhere, False), "mean-shift": pruned(everywhere, True)}
+            alone = {b: [mse(pruned([b], fold)) for fold in (False, True)] for b in everywhere}
+        return {"mean_share": 1 - energy["folded"] / energy["left"],
+                "prefix_change": energy["prefix_folded"] / energy["prefix_left"] - 1,
+                "logit_mse": {k: mse(v) for k, v in logits.items()},
+                "agreement": {k: float((v.argmax(1) == reference.argmax(1)).double().mean())
+                              for k, v in logits.items()},
+                "alone_closer": sum(folded < plain for plain, folded in alone.values()), "blocks": len(alone)}
+
+    per_seed = [r.unit(f"vbp/mean-shift-diagnostics/seed{seed}", lambda seed=seed: measure(seed), family="vbp-why",
+                       seed=seed) for seed in r.b.seeds]
+    shares, prefix = [d["mean_share"] for d in per_seed], [d["prefix_change"] for d in per_seed]
+    return {"seeds": len(per_seed), "mean_share_low": min(shares), "mean_share_high": max(shares),
+            "prefix_change_low": min(prefix), "prefix_change_high": max(prefix),
+            **{f"{fact}_{arm}": statistics.mean(d[fact][arm] for d in per_seed)
+               for fact in ("logit_mse", "agreement") for arm in ("plain", "mean-shift")},
+            "closer": sum(d["logit_mse"]["mean-shift"] < d["logit_mse"]["plain"] for d in per_seed),
+            "alone_closer": sum(d["alone_closer"] for d in per_seed), "blocks": sum(d["blocks"] for d in per_seed)}
+
+
 # ---------------------------------------------------------------------------------------------------- STAR
 
 
@@ -1052,9 +1123,31 @@ def family_code() -> dict[str, tuple[Any, ...]]:
             "hetdpt": (*base, *hetdpt),
             "vbp": (*base, vbp_claims, "methods/vbp"),
             "star": (*base, *star),
+            "vbp-why": (*base, mean_shift_facts, "methods/vbp"),
             "hiap": (*base, hiap_claims, sys.modules[uniform.__module__], "methods/hiap"),
             "width": (*base, *hetdpt, width_to, hetdpt_plus_claims, "methods/width"),
             "fig8": (*base, *fig8)}
+
+
+def _call(measured: int, seconds: float) -> dict[str, Any]:
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "measured": measured, "seconds": seconds}
+
+
+@contextlib.contextmanager
+def _recorded(path: Path, units: dict[str, Any], calls: list[dict[str, Any]], start: float) -> Iterator[list[Runner]]:
+    """Records a call stopped part-way (Ctrl-C or SIGTERM) in the store with the units it saved, so that the wall
+    time of a run resumed over several calls adds up."""
+    runner: list[Runner] = []
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield runner
+    except KeyboardInterrupt:
+        if runner and runner[0].measured:
+            stopped = _call(runner[0].measured, time.perf_counter() - start)
+            write_json(path, {"units": units, "calls": [*calls, stopped]})
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, progress: bool = True
@@ -1066,11 +1159,13 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
     start = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} units"),
                TimeElapsedColumn())
-    with Progress(*columns, disable=not progress) as bar:
+    with Progress(*columns, disable=not progress) as bar, _recorded(path, units, calls, start) as runner:
         r = Runner(setting, budget, path, units, bar)
+        runner.append(r)
         control, control_table = control_claims(r)
         hetdpt, hetdpt_table = hetdpt_claims(r)
         vbp, vbp_table = vbp_claims(r)
+        next(c for c in vbp if c["id"] == "vbp-mean-shift")["facts"] = mean_shift_facts(r)
         star, star_table = star_claims(r)
         hiap, hiap_table = hiap_claims(r)
         plus, _ = hetdpt_plus_claims(r, hetdpt_table)
@@ -1078,7 +1173,7 @@ def run(setting: Setting, budget: Budget, path: Path, *, fresh: bool = False, pr
     used = {name: units[name] for name in sorted(r.touched)}
     this_call = time.perf_counter() - start
     if r.measured:  # the calls that measured something make up the run's wall time
-        calls.append({"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "measured": r.measured, "seconds": this_call})
+        calls.append(_call(r.measured, this_call))
     write_json(path, {"units": used, "calls": calls})  # what stale code measured goes: the store is the page's
     dense = {seed: {"label": setting.labels[seed], "weights": r.weights[seed],
                     "top1": top1([row], "pruned", r.images_count)[0],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 from types import ModuleType
 
@@ -219,9 +220,23 @@ def test_a_changed_code_hash_or_weights_file_re_measures_the_unit(claims, tmp_pa
         torch.__version__ = original
 
 
+def test_a_stopped_call_is_recorded_with_the_units_it_saved(claims, tmp_path, monkeypatch):
+    def stopped(r):
+        r.unit("dense/seed0", lambda: 1, family="dense", seed=0)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(claims, "control_claims", stopped)
+    store = tmp_path / "claims.store.json"
+    with pytest.raises(KeyboardInterrupt):
+        claims.run(_setting(claims, seeds=(0,), val=16), _budget(claims, seeds=(0,)), store, progress=False)
+    saved = json.loads(store.read_text())
+    assert saved["units"]["dense/seed0"]["value"] == 1
+    assert [c["measured"] for c in saved["calls"]] == [1] and saved["calls"][0]["seconds"] > 0
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is the caller's again
+
+
 def test_the_code_hash_covers_the_library_and_this_files_functions(claims):
     code = claims.family_code()
-    assert set(code) == {"dense", "hetdpt", "vbp", "star", "hiap", "width", "fig8"}
+    assert set(code) == {"dense", "hetdpt", "vbp", "vbp-why", "star", "hiap", "width", "fig8"}
     hashes = {family: claims.source_hash(parts) for family, parts in code.items()}
     assert len(set(hashes.values())) == len(hashes)  # every family hashes its own code
     assert claims.vbp_claims in code["vbp"] and "methods/vbp" in code["vbp"]
