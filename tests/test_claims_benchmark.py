@@ -187,6 +187,7 @@ def _runner(claims, tmp_path, setting=None, units=None):
         return claims.Runner(setting, _budget(claims, seeds=(0,)), tmp_path / "store.json", units or {}, progress)
 
 
+@pytest.mark.slow  # four runners, each hashing every family's code (4 s)
 def test_a_changed_code_hash_or_weights_file_re_measures_the_unit(claims, tmp_path):
     calls = []
 

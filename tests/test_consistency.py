@@ -75,12 +75,9 @@ CHAINS = {
 }
 
 
-#: Each chain exports to ONNX (5-12 s); one runs in the fast lane.
-FAST_CHAINS = ("depth-vbp",)
-
-
-@pytest.mark.parametrize("chain", [pytest.param(c, marks=() if c in FAST_CHAINS else pytest.mark.slow)
-                                   for c in CHAINS])
+# Each chain exports to ONNX (5-12 s): the full suite runs them; the fast lane's chains are tests/test_export.py's.
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", list(CHAINS))
 def test_two_method_chain_stays_consistent(chain, tmp_path):
     model = _digits()
     for step in CHAINS[chain]:
