@@ -114,9 +114,11 @@ def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:
         f"**The models.** Backbones at {b['size']}x{b['size']} (16x16 cells of 5 px; the canvases resized to it "
         f"inside the models), ViTDet's simple feature pyramid ({b['pyramid_channels']} channels) under smp's FPN "
         f"decoder and under torchvision's Faster R-CNN. Heads trained on {b['train_images']} canvases drawn by the "
-        f"seed (FPN {b['seg_epochs']} epochs, Faster R-CNN {b['det_epochs']}), scored on {b['val_images']} held-out "
-        f"canvases. Two protocols: **joint** ({PROTOCOLS['joint']}: the last {b['tail_blocks']}, at lr "
-        f"{b['backbone_lr']:g}; the papers fine-tune every block) and **frozen** ({PROTOCOLS['frozen']}).",
+        f"seed (FPN {b['seg_epochs']} epochs, Faster R-CNN {b['det_epochs']}; batch {b['batch_size']}, AdamW at lr "
+        f"{b['head_lr']:g}, cosine decay; the background weighted {b['background_weight']:g} in the segmentation "
+        f"loss), scored on {b['val_images']} held-out canvases. Two protocols: **joint** ({PROTOCOLS['joint']}: "
+        f"the last {b['tail_blocks']}, at lr {b['backbone_lr']:g}; the papers fine-tune every block) and "
+        f"**frozen** ({PROTOCOLS['frozen']}).",
         "",
         f"**The bar.** Under the joint protocol the dense model reaches {reached['miou']:.1f}% mIoU and "
         f"{reached['map']:.1f}% box mAP: the gaps below are measured where the scores mean something only if these "

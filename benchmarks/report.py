@@ -20,6 +20,7 @@ from typing import Any
 
 from claims_page import FORMAT as CLAIMS_FORMAT
 from claims_page import summary as claims_summary
+from compare_example import summary as compare_summary
 from dense_page import FORMAT as DENSE_FORMAT
 from dense_page import summary as dense_summary
 
@@ -147,6 +148,9 @@ def headlines(results: Path, link: str = "") -> list[str]:
         report = _load(results, f"{stem}.json")
         if report is not None and report.get("format") == form:
             lines += [f"### {title}", "", *summary(report), ""]
+    compared = _load(results, "compare/report.json")
+    if compared is not None:
+        lines += ["### Which method at a target", "", *compare_summary(compared), ""]
     lines += [*_section(results, "digits", "Every method on the digits ViT", digits_table, digits_context),
               *_section(results, "structural_cpu", "Every method on DeiT-T/S/B (structure, CPU speed)",
                         structural_table, structural_context),

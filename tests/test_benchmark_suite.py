@@ -131,6 +131,36 @@ def test_the_claims_pages_summary_leads_the_excerpt_from_its_report_alone(tmp_pa
     assert "Each paper's claims" not in report.page(results)
 
 
+def test_the_comparisons_summary_is_rendered_from_its_report_alone(tmp_path):
+    def arm(name: str, title: str, target: str, top1: float | None, speedup: float | None,
+            status: str = "done") -> dict:
+        return {"arm": name, "title": title, "target": target, "status": status, "top1": top1, "speedup": speedup,
+                "met": status == "done" or None}
+
+    pick = {"macs-0.7": {"arm": "star", "top1": 86.9, "speedup": 1.126, "tolerance": 1.0},
+            "speedup-1.5": {"arm": "hetdpt", "top1": 81.77, "speedup": 1.511, "tolerance": 1.0}}
+    compared = {"model": "cluttered-mnist-vit", "targets": ["macs-0.7", "speedup-1.5"], "pick": pick,
+                "seeds": [0, 1, 2], "dense": {"top1": 87.0}, "budget": {"name": "quick"}, "seconds": 3566.1,
+                "speed": {"batch_size": 16, "runtimes": ["torch", "onnxruntime"], "device": "cpu", "threads": 2},
+                "arms": [arm("hetdpt", "HetDPT", "macs-0.7", 83.07, 1.293),
+                         arm("star", "STAR", "macs-0.7", 86.9, 1.126),
+                         arm("hetdpt", "HetDPT", "speedup-1.5", 81.77, 1.511),
+                         arm("star", "STAR", "speedup-1.5", None, None, "unreachable")]}
+    results = tmp_path / "results"
+    (results / "compare").mkdir(parents=True)
+    (results / "compare" / "report.json").write_text(json.dumps(compared))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{report.START}\n{report.END}\n")
+    report.write_page(results, readme=readme)
+    text = readme.read_text()
+    assert "#### Which method at a target" in text and "[compare/report.md](results/compare/report.md)" in text
+    assert ("(dense 87.0% top-1; seeds 0, 1, 2) on the `quick` budget, timed at batch 16 in torch on cpu with 2 "
+            "threads (`python benchmarks/compare_example.py`, 59.4 min). It recommends the fastest arm on target "
+            "whose top-1 is shown to be at most 1 point below the best arm's: at 70% of the MACs STAR (86.9%, 1.13×; "
+            "the fastest on target, HetDPT at 83.1% and 1.29×, is not shown within the tolerance); at 1.5× measured "
+            "speedup HetDPT (81.8%, 1.51×), which `star` cannot reach.") in text
+
+
 def test_commands_are_shown_as_a_user_would_type_them():
     assert suite._shown([sys.executable, "-c", "import a; a.b()"]) == "python -c 'import a; a.b()'"
     assert suite._shown([sys.executable, "-m", "vitprune", "analyze", "recovery", "--out", "/tmp/x"]) == (

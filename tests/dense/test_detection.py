@@ -11,7 +11,7 @@ import torch
 from test_segmentation import BACKBONES, SIZE, _backbone, assert_fits
 
 from vitprune.data import CLUTTERED_DENSE, ClutteredDenseDataset, collate_dense
-from vitprune.dense import Segmenter, faster_rcnn
+from vitprune.dense import Segmenter, faster_rcnn, rcnn_transform
 from vitprune.surgery import prune_depth, prune_tokens, set_input_size
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None, reason="needs vitprune[bench]")
@@ -72,3 +72,8 @@ def test_a_resized_backbone_gets_its_own_size_and_boxes_come_back_at_the_images(
     assert seen == [(SIZE + 8, SIZE + 8)]
     boxes = torch.cat([f["boxes"] for f in found])
     assert len(boxes) > 0 and bool(((boxes >= 0) & (boxes <= SIZE)).all())
+    # The transform alone resizes images and boxes as the detector's own does.
+    targets = [{"boxes": torch.tensor([[1.0, 2.0, 30.0, 40.0]]), "labels": torch.tensor([3])} for _ in images]
+    alone, inside = rcnn_transform(model)(images, targets), detector.transform(images, targets)
+    assert torch.equal(alone[0].tensors, inside[0].tensors) and alone[0].image_sizes == [(SIZE + 8, SIZE + 8)] * 2
+    assert all(torch.equal(a["boxes"], b["boxes"]) for a, b in zip(alone[1], inside[1]))

@@ -12,6 +12,7 @@ from torchvision.models.detection import FasterRCNN, MaskRCNN
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
 from torchvision.models.detection.mask_rcnn import MaskRCNNPredictor
+from torchvision.models.detection.transform import GeneralizedRCNNTransform
 from torchvision.ops import MultiScaleRoIAlign
 
 from vitprune.adapters import get_adapter
@@ -69,7 +70,6 @@ def mask_rcnn(model: nn.Module, num_classes: int, *, index: int = -1, pyramid: b
 def _parts(model: nn.Module, num_classes: int, index: int, pyramid: bool, anchor_sizes: Sequence[int] | None,
            representation: int, pyramid_channels: int, scales: Sequence[float]) -> dict:
     """The backbone, anchors, pooling, box head and transform settings a torchvision R-CNN takes."""
-    channels, height, width = get_adapter(model).input_size
     if pyramid:
         backbone = SimpleFeaturePyramid(model, pyramid_channels, index=index, scales=scales)
         levels = [str(i) for i in range(len(backbone.levels))]
@@ -84,6 +84,20 @@ def _parts(model: nn.Module, num_classes: int, index: int, pyramid: bool, anchor
     return {"backbone": backbone, "num_classes": None, "rpn_anchor_generator": anchors,
             "box_roi_pool": MultiScaleRoIAlign(featmap_names=levels, output_size=7, sampling_ratio=2),
             "box_head": TwoMLPHead(backbone.out_channels * 7 * 7, representation),
-            "box_predictor": FastRCNNPredictor(representation, num_classes), "min_size": min(height, width),
-            "max_size": max(height, width), "image_mean": [0.0] * channels, "image_std": [1.0] * channels,
-            "fixed_size": (width, height), "size_divisible": 1}
+            "box_predictor": FastRCNNPredictor(representation, num_classes), **_transform_settings(model)}
+
+
+def rcnn_transform(model: nn.Module) -> GeneralizedRCNNTransform:
+    """The transform of :func:`faster_rcnn`'s and :func:`mask_rcnn`'s detectors on ``model``, alone: images resized
+    to its input size and boxes with them (e.g. to resize a training set once)."""
+    settings = _transform_settings(model)
+    return GeneralizedRCNNTransform(settings.pop("min_size"), settings.pop("max_size"), settings.pop("image_mean"),
+                                    settings.pop("image_std"), **settings)
+
+
+def _transform_settings(model: nn.Module) -> dict:
+    """The transform's settings: a fixed size, ``model``'s input size, and no padding to a multiple, which a ViT's
+    fixed patch grid would refuse; the images taken as already normalised."""
+    channels, height, width = get_adapter(model).input_size
+    return {"min_size": min(height, width), "max_size": max(height, width), "image_mean": [0.0] * channels,
+            "image_std": [1.0] * channels, "fixed_size": (width, height), "size_divisible": 1}
