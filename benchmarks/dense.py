@@ -50,6 +50,7 @@ layers, torch's version and the budget, so an interrupted run continues and a ch
 
     python benchmarks/dense.py              # the full run: seeds 0 1 2
     python benchmarks/dense.py --quick      # one seed, small budgets
+    python benchmarks/dense.py --device cuda   # the heads trained, the models scored and timed on a GPU
 """
 
 from __future__ import annotations
@@ -171,6 +172,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                                "nothing")
     parser.add_argument("--claims-store", type=Path, default=RESULTS / "claims.store.json",
                         help="the claims run's store, which holds HetDPT's layers for each seed")
+    parser.add_argument("--device", default="cpu", help="where the heads train and the models are scored and timed "
+                                                        "(cuda: a GPU); the pruning and recovery run on the CPU")
     return parser.parse_args(argv)
 
 
@@ -359,7 +362,7 @@ class Canvases:
     detector's transform, which the segmenter's encoder matches, tested), with their masks at the canvas size and
     their boxes at the input size."""
 
-    def __init__(self, b: Budget, seed: int, transform: nn.Module) -> None:
+    def __init__(self, b: Budget, seed: int, transform: nn.Module, device: torch.device | str = "cpu") -> None:
         data = ClutteredDenseDataset("train")
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[: b.train_images]
         images, masks, self.boxes = [], [], []
@@ -367,8 +370,8 @@ class Canvases:
             resized, boxes = transform(list(batch), [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets])
             images.append(resized.tensors)
             masks += [t["mask"] for t in targets]
-            self.boxes += boxes
-        self.images, self.masks = torch.cat(images), torch.stack(masks)
+            self.boxes += [{k: v.to(device) for k, v in target.items()} for target in boxes]
+        self.images, self.masks = torch.cat(images).to(device), torch.stack(masks).to(device)
 
 
 def train(task: str, model: nn.Module, tokens: torch.Tensor, canvases: Canvases, b: Budget, seed: int,
@@ -388,7 +391,7 @@ def train(task: str, model: nn.Module, tokens: torch.Tensor, canvases: Canvases,
     epochs = b.seg_epochs if task == "segmentation" else b.det_epochs
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer,
                                                           T_max=epochs * math.ceil(len(tokens) / b.batch_size))
-    weight = torch.tensor([b.background_weight] + [1.0] * (CLUTTERED_DENSE.num_classes - 1))
+    weight = torch.tensor([b.background_weight] + [1.0] * (CLUTTERED_DENSE.num_classes - 1), device=tokens.device)
     generator = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(epochs):
@@ -422,12 +425,12 @@ def score(task: str, model: nn.Module, b: Budget) -> dict[str, Any]:
     predictions on the first :data:`SHOWN`."""
     val = _val(b)
     batches = _loader(val, 64)
-    shown = torch.stack([val[i][0] for i in range(SHOWN)])
+    shown = torch.stack([val[i][0] for i in range(SHOWN)]).to(next(model.parameters()).device)
     with torch.no_grad():
         if task == "segmentation":
             scores = segmentation_scores(model, batches, CLUTTERED_DENSE.num_classes, per_image=True)
             counts = torch.stack([scores.pop("intersection"), scores.pop("union")], dim=2).numpy().astype(np.uint16)
-            masks = model(shown).argmax(dim=1).numpy().astype(np.uint8)
+            masks = model(shown).argmax(dim=1).cpu().numpy().astype(np.uint8)
             return {**scores, "counts": pack_array(counts), "shown": pack_array(masks)}
         matches = detection_matches(model, batches)
         found = model(list(shown))
@@ -440,9 +443,10 @@ def whole_macs(task: str, model: nn.Module, backbone_macs: int, b: Budget) -> in
     """MACs of the whole model on one canvas: the backbone's (``backbone_macs``) and the rest's, which torch's
     FlopCounterMode gives as the whole model's count less the backbone's alone (matmuls and convolutions; not
     RoIAlign or NMS), half its FLOPs. Its count of the backbone is not used: it misses CPU attention kernels."""
-    image = torch.zeros(1, *CLUTTERED_DENSE.input_size)
+    device = next(model.parameters()).device
+    image = torch.zeros(1, *CLUTTERED_DENSE.input_size, device=device)
     backbone = pyramid_of(model).maps.model
-    resized = torch.zeros(1, CLUTTERED_DENSE.input_size[0], b.size, b.size)
+    resized = torch.zeros(1, CLUTTERED_DENSE.input_size[0], b.size, b.size, device=device)
 
     def flops(run: Callable[[], Any]) -> int:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -481,9 +485,9 @@ def hetdpt_layers(path: Path, seed: int) -> dict[str, list[int]]:
 
 
 def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
-        checkpoints: Callable[[int], nn.Module] = trained_cluttered_mnist_vit) -> dict[str, Any]:
+        checkpoints: Callable[[int], nn.Module] = trained_cluttered_mnist_vit, device: str = "cpu") -> dict[str, Any]:
     """Every measurement (or its stored value), then the report; ``checkpoints(seed=s)`` gives seed ``s``'s dense
-    model."""
+    model; the heads train, and the models are scored and timed, on ``device``."""
     store = Store(out_dir / f"{stem}.store.json")
     code = measuring_code()
     spent = json.dumps(asdict(replace(budget, seeds=[])), sort_keys=True)
@@ -494,7 +498,8 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
         layers = hetdpt_layers(claims_store, seed)
         setting = settings[seed] = Setting(seed, budget, layers, checkpoints(seed=seed))
         key = hashlib.sha256(json.dumps({"code": code, "budget": spent, "torch": torch.__version__, "layers": layers,
-                                         "weights": weights_fingerprint(setting.checkpoint)}).encode()).hexdigest()
+                                         "weights": weights_fingerprint(setting.checkpoint),
+                                         "device": device}).encode()).hexdigest()
         canvases: list[Canvases] = []
         rows[seed] = {protocol: {} for protocol in PROTOCOLS}
         rows[seed]["backbones"] = {}
@@ -510,11 +515,12 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
                 for task in TASKS:
                     def measure(task: str = task, arm: str = arm, tail_blocks: int = tail_blocks) -> dict[str, Any]:
                         torch.manual_seed(seed)
-                        model = build_model(task, setting.backbone(arm), budget)
+                        model = build_model(task, setting.backbone(arm), budget).to(device)
                         if not canvases:
-                            canvases.append(Canvases(budget, seed, rcnn_transform(setting.backbone(arm))))
-                        if not tokens:
-                            tokens.append(entering_tokens(setting.backbone(arm), tail_blocks, canvases[0].images))
+                            canvases.append(Canvases(budget, seed, rcnn_transform(setting.backbone(arm)), device))
+                        if not tokens:  # from the model's copy of the backbone, on the device, before training
+                            tokens.append(entering_tokens(pyramid_of(model).maps.model.eval(), tail_blocks,
+                                                          canvases[0].images))
                         began = time.perf_counter()
                         train(task, model, tokens[0], canvases[0], budget, seed, tail_blocks)
                         return {**score(task, model, budget), "train_seconds": time.perf_counter() - began,
@@ -535,10 +541,10 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
                          build_model(part, setting.backbone("dense"), budget)))
                 size = (1, budget.size, budget.size) if part == "backbone" else CLUTTERED_DENSE.input_size
                 result = compare_speed(a.eval(), b.eval(), input_size=size, batch_size=batch,
-                                       pairs=budget.speed_pairs)
+                                       pairs=budget.speed_pairs, device=device)
                 out[part] = {"batch": batch, **result.to_dict()}
             return out
-        speed[arm] = store.unit(f"{arm}/speed", code + torch.__version__ + str(budget.speed_pairs), timed)
+        speed[arm] = store.unit(f"{arm}/speed", code + torch.__version__ + str(budget.speed_pairs) + device, timed)
     store.close()
     this_call = time.perf_counter() - start
     stats = statistics_of(rows, budget)
@@ -553,7 +559,7 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
             "checkpoints": {seed: weights_fingerprint(settings[seed].checkpoint) for seed in budget.seeds},
             "seconds": {"this_call": this_call, "measured_now": store.measured,
                         "measurements": sum(u["seconds"] for u in store.units.values())},
-            "threads": sorted({u["threads"] for u in store.units.values()}),
+            "threads": sorted({u["threads"] for u in store.units.values()}), "device": device,
             "torch": sorted({u["torch"] for u in store.units.values()})}
 
 
@@ -635,7 +641,7 @@ def main(argv: list[str] | None = None) -> None:
         write(read_json(args.out_dir / f"{stem}.json"), args.out_dir, stem)
         return
     try:
-        report = run(budget, args.out_dir, stem, args.claims_store)
+        report = run(budget, args.out_dir, stem, args.claims_store, device=args.device)
     except VitpruneError as exc:
         sys.exit(f"error: {exc}")
     report["command"] = command(budget, args.quick, "dense")

@@ -91,13 +91,14 @@ def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:
     backbones = rows[first]["backbones"]
     dense_macs = backbones["dense"]["macs"]
     minutes = report["seconds"]["measurements"] / 60
+    device = report.get("device", "cpu")
     reached = {metric: _mean(rows, "joint", "dense", task, metric) for metric, (_, task) in _METRICS.items()}
     met = all(reached[m] >= BAR[m] for m in BAR)
     lines = [
         "# Pruned backbones for segmentation and detection (cluttered MNIST)",
         "",
         f"Command: `{command}` · {len(seeds)} seed{'s' * (len(seeds) > 1)} ({', '.join(map(str, seeds))}) · "
-        f"measured {report['date']} on {report['threads']} CPU threads, torch {', '.join(report['torch'])} · "
+        f"measured {report['date']} on {_where(report)}, torch {', '.join(report['torch'])} · "
         f"wall time of the measurements {minutes:.1f} min.",
         "",
         "Starting checkpoints: `cluttered-mnist-vit` trained with seeds " + ", ".join(map(str, seeds)) +
@@ -129,7 +130,7 @@ def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:
         "Backbone MACs: vitprune's counter, full convention (attention matmuls included) at the dense input; whole "
         "model: torch's FlopCounterMode on one canvas (the detector after its test proposals; RoIAlign and NMS not "
         "counted). Speedup: time of the dense model / time of the pruned one, median over alternating pairs (IQR), "
-        f"CPU, float32, {speed[next(iter(speed))]['backbone']['pairs']} pairs.",
+        f"{device}, float32, {speed[next(iter(speed))]['backbone']['pairs']} pairs.",
         "",
         "| backbone | backbone MACs (M) | share | params (M) | segmenter MACs (M) | detector MACs (M) | "
         "speedup backbone (b 32) | segmenter (b 32) | detector (b 8) |",
@@ -196,6 +197,13 @@ def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:
     return "\n".join(lines)
 
 
+def _where(report: dict[str, Any]) -> str:
+    """Where the run measured: its CPU threads, and its device where that is not the CPU."""
+    threads = f"{' or '.join(map(str, report['threads']))} CPU threads"
+    device = report.get("device", "cpu")
+    return threads if device == "cpu" else f"{device} and {threads}"
+
+
 def summary(report: dict[str, Any]) -> list[str]:
     """The README's paragraph on the page (links relative to the results folder), rendered from the report."""
     rows, stats = report["rows"], report["stats"]
@@ -207,7 +215,7 @@ def summary(report: dict[str, Any]) -> list[str]:
     return [f"**Pruned backbones under dense heads:** [dense.md](dense.md) puts dense, HetDPT, VBP and width-pruned "
             f"`cluttered-mnist-vit` backbones ({len(rows)} seeds, matched MACs) under smp's FPN and torchvision's "
             f"Faster R-CNN on ViTDet's pyramid (`{report['command']}`, {report['seconds']['measurements'] / 60:.0f} "
-            f"min on 2 cores). Jointly fine-tuned, the dense model reaches {reached['miou']:.1f}% mIoU and "
+            f"min on {_where(report)}). Jointly fine-tuned, the dense model reaches {reached['miou']:.1f}% mIoU and "
             f"{reached['map']:.1f}% box mAP; against it, at ±{margin:g} point: {verdicts}. {_agreement(rows)}"]
 
 

@@ -126,6 +126,10 @@ def test_the_run_brings_every_arm_to_the_hetdpt_backbones_macs_and_resumes(dense
     text = (tmp_path / "tiny.md").read_text(encoding="utf-8")
     assert "![masks](tiny_masks.png)" in text and "### Joint: the backbone's last blocks" in text
     assert "| HetDPT (depth) |" in text and "The two protocols: by mIoU they" in text
+    threads = f"{' or '.join(map(str, report['threads']))} CPU threads"
+    assert report["device"] == "cpu" and f"on {threads}, torch" in text and "cpu, float32" in text
+    assert f"on cuda and {threads}" in page.to_markdown({**report, "device": "cuda"}, "python benchmarks/dense.py",
+                                                           "tiny")
     # The page renders from the report alone (what --render does): again from its JSON, byte for byte.
     dense.write(read_json(tmp_path / "tiny.json"), tmp_path, "tiny")
     assert (tmp_path / "tiny.md").read_text(encoding="utf-8") == text
