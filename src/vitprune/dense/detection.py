@@ -90,9 +90,7 @@ def _parts(model: nn.Module, num_classes: int, index: int, pyramid: bool, anchor
 def rcnn_transform(model: nn.Module) -> GeneralizedRCNNTransform:
     """The transform of :func:`faster_rcnn`'s and :func:`mask_rcnn`'s detectors on ``model``, alone: images resized
     to its input size and boxes with them (e.g. to resize a training set once)."""
-    settings = _transform_settings(model)
-    return GeneralizedRCNNTransform(settings.pop("min_size"), settings.pop("max_size"), settings.pop("image_mean"),
-                                    settings.pop("image_std"), **settings)
+    return GeneralizedRCNNTransform(**_transform_settings(model))
 
 
 def _transform_settings(model: nn.Module) -> dict:
