@@ -20,8 +20,9 @@ models), a power of two, as smp's decoders need (:class:`~vitprune.dense.PrunedE
 The task is :mod:`vitprune.data.cluttered_dense` (the page says how it differs from the first one). Both models sit on
 ViTDet's simple feature pyramid of the backbone's last map (``pyramid_channels`` wide):
 
-- **segmentation**: smp's FPN decoder, the backbone registered as an smp encoder
-  (:func:`~vitprune.dense.register_encoder`), its pyramid at strides 4 to 32 of the canvas;
+- **segmentation**: smp's U-Net decoder (``decoder_channels``), the backbone registered as an smp encoder
+  (:func:`~vitprune.dense.register_encoder`), its pyramid at strides 4 to 32 of the canvas and the canvas's own
+  pixels as the skip at stride 2 (``pixels``: the strokes' outline is finer than the backbone's 4-px cells);
 - **detection**: torchvision's Faster R-CNN (:func:`~vitprune.dense.faster_rcnn`, ``pyramid=True``) on the pyramid's
   x2, x1 and x1/2 levels (ViTDet's x4 level serves COCO's smallest objects, and costs most of the detector's time on
   digits 12-28 px tall).
@@ -117,17 +118,17 @@ MARGIN = 1.0
 class Budget:
     """What one run spends: seeds, the pruning and recovery (the claims page's), the dense task's training.
 
-    The training's settings come from a sweep on seed 0's dense backbone (joint protocol unless said, 300 validation
-    canvases; 2026-11-30, 2 CPU cores). From 2,000 canvases, 12 epochs, batch 32, 64 channels, background weight 1:
-    27.6% mIoU, 30.3% box mAP. The background at 0.2 (strokes are 4% of the pixels): 36.4% (its pixels' class
-    right 70% of the time; strokes found with 71% IoU, class aside). Batch 8: 46.8% (221 s), batch 4: 49.8% (278 s),
-    more steps being what the heads lack; 4,000 canvases for 6 epochs at batch 4: 53.9% (308 s), and 12,000 canvases
-    drawn afresh (the dataset's ``augment``) for 2 epochs no better (54.5%); 128 channels: +3.9 at batch 8
-    (50.7%, 325 s); the last 4 blocks fine-tuned instead of 2: +1.5 to +1.7 for twice the time; the frozen protocol:
-    45.6% at batch 8 in 75 s. Detection, frozen, 4,000 canvases, 6 epochs, batch 8, 128 channels: 41.3% box mAP
-    (mAP@0.5 64.5%) in 699 s. What the masks miss is the digits' class, not the strokes' outline: at 53.9% the
-    strokes are found with 74% IoU, class aside, and their pixels' class is right 87% of the time. This budget, joint:
-    54.3% mIoU (332 s of training) and 41.9% box mAP (mAP@0.5 67.5%; 877 s).
+    The training's settings come from sweeps on seed 0's dense backbone (joint protocol unless said, 300 validation
+    canvases; 2026-11-30, 2 CPU cores). From 2,000 canvases, 12 epochs, batch 32, 64 channels, background weight 1,
+    smp's FPN decoder: 27.6% mIoU, 30.3% box mAP. The background at 0.2 (strokes are 4% of the pixels): 36.4%. Batch
+    8: 46.8% (221 s), batch 4: 49.8% (278 s), more steps being what the heads lack; 4,000 canvases for 6 epochs at
+    batch 4: 53.9% (308 s), and 12,000 canvases drawn afresh (the dataset's ``augment``) for 2 epochs no better
+    (54.5%); 128 channels: +3.9 at batch 8; the last 4 blocks fine-tuned instead of 2: +1.5 to +1.7 for twice the
+    time. At 54.3% (this training, FPN, 128 channels) the strokes were found with 74% IoU, class aside, at the FPN's
+    4-px cells, and 87% of their pixels' class was right. smp's U-Net instead: 58.9% (strokes 79%); with the
+    canvas's pixels as its stride-2 skip: 61.9% (strokes 85%; 350 s) at 128 channels, 61.6% at 64 (319 s).
+    Detection, frozen: 41.3% box mAP at 128 channels (699 s), 41.6% at 64 (mAP@0.5 65.6%; 339 s); joint at 128:
+    41.9% (877 s).
     """
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -148,7 +149,9 @@ class Budget:
     tail_blocks: int = 2
     backbone_lr: float = 2e-4
     weight_decay: float = 0.05
-    pyramid_channels: int = 128
+    pyramid_channels: int = 64
+    #: The U-Net decoder's channels, from its stride-16 block to its stride-1 one.
+    decoder_channels: tuple[int, ...] = (128, 64, 32, 16, 16)
     #: Weight of the background class in the segmentation loss (the digits' 1).
     background_weight: float = 0.2
     val_images: int = 1000
@@ -299,14 +302,13 @@ class Setting:
 
 
 def build_model(task: str, backbone: nn.Module, b: Budget) -> nn.Module:
-    """The task's whole model on a copy of ``backbone`` (at the dense input): smp's FPN or Faster R-CNN, on ViTDet's
-    pyramid."""
+    """The task's whole model on a copy of ``backbone`` (at the dense input): smp's U-Net or Faster R-CNN, on
+    ViTDet's pyramid."""
     if task == "segmentation":
         # smp copies the registered backbone into every model it builds.
-        register_encoder(ENCODER, backbone, image_size=CANVAS, pyramid_channels=b.pyramid_channels)
-        return smp.FPN(ENCODER, encoder_weights=None, in_channels=CLUTTERED_DENSE.input_size[0],
-                       classes=CLUTTERED_DENSE.num_classes, decoder_pyramid_channels=b.pyramid_channels,
-                       decoder_segmentation_channels=b.pyramid_channels)
+        register_encoder(ENCODER, backbone, image_size=CANVAS, pyramid_channels=b.pyramid_channels, pixels=True)
+        return smp.Unet(ENCODER, encoder_weights=None, in_channels=CLUTTERED_DENSE.input_size[0],
+                        classes=CLUTTERED_DENSE.num_classes, decoder_channels=b.decoder_channels)
     return faster_rcnn(copy.deepcopy(backbone), CLUTTERED_DENSE.num_classes, pyramid=True,
                        pyramid_channels=b.pyramid_channels, scales=DETECTOR_SCALES, representation=REPRESENTATION,
                        **DETECTOR)
@@ -314,7 +316,7 @@ def build_model(task: str, backbone: nn.Module, b: Budget) -> nn.Module:
 
 def pyramid_of(model: nn.Module) -> SimpleFeaturePyramid:
     """The feature pyramid inside a :func:`build_model` model; its ``maps.model`` is the backbone."""
-    return model.encoder.backbone if isinstance(model, smp.FPN) else model.backbone
+    return model.encoder.backbone if isinstance(model, smp.Unet) else model.backbone
 
 
 class Tail(nn.Module):
@@ -349,30 +351,34 @@ def entering_tokens(backbone: nn.Module, blocks: int, images: torch.Tensor, batc
     return torch.cat(out)
 
 
-def head_forward(task: str, model: nn.Module, maps: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
-    """What ``model`` does after its backbone's last map ``maps``: the segmenter's logits at the canvas size, or the
-    detector's pyramid (its RPN and box head take it)."""
+def head_forward(task: str, model: nn.Module, maps: torch.Tensor, canvases: torch.Tensor
+                 ) -> dict[str, torch.Tensor] | torch.Tensor:
+    """What ``model`` does after its backbone's last map ``maps`` of ``canvases`` (at their own size): the
+    segmenter's logits at the canvas size, or the detector's pyramid (its RPN and box head take it)."""
     features = pyramid_of(model).from_map(maps)
     if task == "segmentation":
-        return model.segmentation_head(model.decoder(list(features.values())))
+        return model.segmentation_head(model.decoder(model.encoder.encoded(canvases, features)))
     return features
 
 
 class Canvases:
-    """The training canvases drawn by the seed, resized to the backbones' input as both models resize them (the
-    detector's transform, which the segmenter's encoder matches, tested), with their masks at the canvas size and
-    their boxes at the input size."""
+    """The training canvases drawn by the seed: at their own size (:attr:`canvases`, the segmenter's skip reads
+    them), resized to the backbones' input as both models resize them (:attr:`images`: the detector's transform,
+    which the segmenter's encoder matches, tested), with their masks at the canvas size and their boxes at the input
+    size."""
 
     def __init__(self, b: Budget, seed: int, transform: nn.Module, device: torch.device | str = "cpu") -> None:
         data = ClutteredDenseDataset("train")
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[: b.train_images]
-        images, masks, self.boxes = [], [], []
+        canvases, images, masks, self.boxes = [], [], [], []
         for batch, targets in _loader(Subset(data, order.tolist()), 64):
             resized, boxes = transform(list(batch), [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets])
+            canvases.append(batch)
             images.append(resized.tensors)
             masks += [t["mask"] for t in targets]
             self.boxes += [{k: v.to(device) for k, v in target.items()} for target in boxes]
-        self.images, self.masks = torch.cat(images).to(device), torch.stack(masks).to(device)
+        self.canvases, self.images = torch.cat(canvases).to(device), torch.cat(images).to(device)
+        self.masks = torch.stack(masks).to(device)
 
 
 def train(task: str, model: nn.Module, tokens: torch.Tensor, canvases: Canvases, b: Budget, seed: int,
@@ -397,7 +403,7 @@ def train(task: str, model: nn.Module, tokens: torch.Tensor, canvases: Canvases,
     model.train()
     for _ in range(epochs):
         for batch in torch.randperm(len(tokens), generator=generator).split(b.batch_size):
-            out = head_forward(task, model, tail(tokens[batch]))
+            out = head_forward(task, model, tail(tokens[batch]), canvases.canvases[batch])
             if task == "segmentation":
                 loss = F.cross_entropy(out, canvases.masks[batch], weight=weight)
             else:

@@ -71,7 +71,7 @@ def test_the_trained_part_from_cached_tokens_is_the_whole_models_function(dense,
         inner = dense.pyramid_of(model).maps.model
         tokens = dense.entering_tokens(inner, tail_blocks, resized)
         with torch.no_grad():
-            cached = dense.head_forward(task, model, dense.Tail(inner, tail_blocks)(tokens))
+            cached = dense.head_forward(task, model, dense.Tail(inner, tail_blocks)(tokens), images)
             whole = model(images) if task == "segmentation" else dense.pyramid_of(model)(resized)
         if task == "segmentation":
             assert cached.shape == (3, 11, 64, 64) and torch.allclose(cached, whole, atol=1e-5)
@@ -130,6 +130,9 @@ def test_the_run_brings_every_arm_to_the_hetdpt_backbones_macs_and_resumes(dense
     assert report["device"] == "cpu" and f"on {threads}, torch" in text and "cpu, float32" in text
     assert f"on cuda and {threads}" in page.to_markdown({**report, "device": "cuda"}, "python benchmarks/dense.py",
                                                            "tiny")
+    assert "min, within the 90 min the benchmark is meant to take on 2 CPU cores." in text
+    slow = {**report, "seconds": {**report["seconds"], "measurements": 180 * 60}}
+    assert "180.0 min, 2.0x the 90 min" in page.to_markdown(slow, "python benchmarks/dense.py", "tiny")
     # The page renders from the report alone (what --render does): again from its JSON, byte for byte.
     dense.write(read_json(tmp_path / "tiny.json"), tmp_path, "tiny")
     assert (tmp_path / "tiny.md").read_text(encoding="utf-8") == text

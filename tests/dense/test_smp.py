@@ -76,6 +76,32 @@ def test_the_encoder_gives_smps_strides(family):
     assert [m.shape[-1] for m in shallow(torch.randn(1, CHANNELS, SIZE, SIZE))] == [SIZE, SIZE // 2, SIZE // 4,
                                                                                     SIZE // 8]
     assert shallow.out_channels == [CHANNELS, 0, *expected[:2]] and shallow.output_stride == 8
+    pixels = PrunedEncoder(model, pyramid_channels=16, pixels=True)
+    pixels.load_state_dict(encoder.state_dict())
+    pixels.eval()  # one model under both encoders; Swin's stages differ from call to call in training
+    images = torch.randn(2, CHANNELS, SIZE, SIZE)
+    with_pixels, plain = pixels(images), encoder(images)
+    assert pixels.out_channels == [CHANNELS, 4 * CHANNELS, *expected]
+    assert torch.equal(with_pixels[1], F.pixel_unshuffle(images, 2))
+    assert all(torch.equal(a, b) for a, b in zip(with_pixels[2:], plain[2:]))
+    assert all(torch.equal(a, b) for a, b in zip(pixels.encoded(images, pixels.backbone(images)), with_pixels))
+
+
+def test_a_unet_reads_the_pixels_at_stride_2(batch):
+    """With ``pixels``, smp's Unet takes the images' 2x2 blocks as its last skip: its logits move with the pixels
+    while the backbone's maps are held, and it trains."""
+    images, masks = batch
+    model = _backbone("deit")
+    register_encoder("vitprune-test-pixels", model, pyramid_channels=16, pixels=True)
+    torch.manual_seed(0)
+    unet = smp.Unet("vitprune-test-pixels", encoder_weights=None, in_channels=CHANNELS,
+                    classes=CLUTTERED_DENSE.num_classes, **HEADS["Unet"])
+    maps = [m.detach() for m in unet.encoder(images)[2:]]
+    held = images.clone().requires_grad_(True)
+    unet.segmentation_head(unet.decoder(unet.encoder.encoded(held, maps))).square().sum().backward()
+    assert held.grad.abs().sum() > 0
+    assert_fits(unet.encoder.backbone.maps.model, unet, lambda: F.cross_entropy(unet(images), masks), steps=15,
+                lr=3e-3)
 
 
 def test_a_plain_vit_keeps_the_resolution_smps_dilated_encoders_keep(tmp_path):

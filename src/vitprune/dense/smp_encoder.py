@@ -31,7 +31,12 @@ class PrunedEncoder(nn.Module):
     returns the input and ``depth`` maps at strides 2, 4, ..., ``2**depth`` (:attr:`out_channels` each).
 
     A staged family (Swin, ConvNeXt) gives its own maps at strides 4 to 32, and an empty map at stride 2, as smp's
-    timm encoders of these families do. A plain ViT gives one stride; ViTDet's simple feature pyramid
+    timm encoders of these families do. With ``pixels`` the map at stride 2 is the images' own pixels instead, each
+    2x2 block's as channels (``pixel_unshuffle``): where a CNN encoder's stem gives a U-Net's decoder its last skip
+    (smp's ``Unet`` and ``UnetPlusPlus`` read it; ``FPN`` does not), a patch model has no layer at that resolution,
+    and outlines finer than its cells come from the pixels.
+
+    A plain ViT gives one stride; ViTDet's simple feature pyramid
     (:class:`~vitprune.dense.pyramid.SimpleFeaturePyramid`, ``pyramid_channels`` each) resamples its last map to
     strides 4 to 32, and to at most ``output_stride``, which is how a plain ViT keeps the resolution that smp's
     dilated encoders (DeepLabV3's stride 8 or 16) keep.
@@ -46,8 +51,8 @@ class PrunedEncoder(nn.Module):
     _is_torch_compilable = True
 
     def __init__(self, source: nn.Module | str | os.PathLike, *, depth: int = 5, output_stride: int = 32,
-                 pyramid_channels: int = 256, norm: bool = False, image_size: int | Sequence[int] | None = None
-                 ) -> None:
+                 pyramid_channels: int = 256, norm: bool = False, image_size: int | Sequence[int] | None = None,
+                 pixels: bool = False) -> None:
         super().__init__()
         if not 1 <= depth <= len(STRIDES):
             raise ValueError(f"an smp encoder's depth is 1 to {len(STRIDES)}, not {depth}")
@@ -61,6 +66,8 @@ class PrunedEncoder(nn.Module):
         self._output_stride = output_stride
         self._backbone_size = tuple(adapter.input_size[1:])
         self._image_size = self._backbone_size if image_size is None else _pair(image_size)
+        self._pixels = pixels
+        second = 4 * self._in_channels if pixels else 0
         maps = FeatureMaps(model, norm=norm)
         strides = [self._stride(r) for r in maps.reductions]
         self._staged = len(set(maps.reductions)) > 1
@@ -73,7 +80,7 @@ class PrunedEncoder(nn.Module):
                 raise ValueError(f"{adapter.family} gives maps at strides {shown}; smp's decoders "
                                  f"take strides {', '.join(map(str, STRIDES[1:]))}")
             self.backbone: nn.Module = FeatureMaps(model, list(range(depth - 1)), norm=norm)
-            self._out_channels = [self._in_channels, 0] + maps.channels[:depth - 1]
+            self._out_channels = [self._in_channels, second] + maps.channels[:depth - 1]
         else:
             stride = strides[0]
             if not math.log2(stride).is_integer():
@@ -85,7 +92,7 @@ class PrunedEncoder(nn.Module):
             self.backbone = SimpleFeaturePyramid(
                 model, pyramid_channels, scales=[stride / min(s, output_stride) for s in STRIDES[1:depth]],
                 norm=norm, top_pool=False)
-            self._out_channels = [self._in_channels, 0] + [pyramid_channels] * (depth - 1)
+            self._out_channels = [self._in_channels, second] + [pyramid_channels] * (depth - 1)
 
     def _stride(self, reduction: int) -> float:
         """The images' pixels per cell of a map the backbone gives ``reduction`` of its own pixels per cell (square
@@ -98,7 +105,8 @@ class PrunedEncoder(nn.Module):
 
     @property
     def out_channels(self) -> list[int]:
-        """Channels of each map ``forward`` returns, the input's first (0: the empty map at stride 2)."""
+        """Channels of each map ``forward`` returns, the input's first (0: the empty map at stride 2, without
+        ``pixels``)."""
         return self._out_channels
 
     @property
@@ -120,7 +128,7 @@ class PrunedEncoder(nn.Module):
                              f"not {output_stride}")
 
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
-        batch, _, height, width = images.shape
+        _, _, height, width = images.shape
         if self._image_size != self._backbone_size:
             if (height, width) != self._image_size:
                 raise ValueError(f"this encoder takes {self._image_size[0]}x{self._image_size[1]} images "
@@ -128,9 +136,16 @@ class PrunedEncoder(nn.Module):
             taken = F.interpolate(images, size=self._backbone_size, mode="bilinear", align_corners=False)
         else:
             taken = images
-        empty = images.new_empty(batch, 0, height // 2, width // 2)
-        maps = self.backbone(taken)
-        return [images, empty, *(maps if self._staged else maps.values())]
+        return self.encoded(images, self.backbone(taken))
+
+    def encoded(self, images: torch.Tensor, maps: Sequence[torch.Tensor] | dict[str, torch.Tensor]
+                ) -> list[torch.Tensor]:
+        """What :meth:`forward` returns for ``images``, given :attr:`backbone`'s maps of them computed elsewhere
+        (e.g. a plain ViT's pyramid from its last map, made from cached tokens)."""
+        batch, _, height, width = images.shape
+        second = (F.pixel_unshuffle(images, 2) if self._pixels else
+                  images.new_empty(batch, 0, height // 2, width // 2))
+        return [images, second, *(maps.values() if isinstance(maps, dict) else maps)]
 
 
 def register_encoder(name: str, source: nn.Module | str | os.PathLike, **options: Any) -> None:
