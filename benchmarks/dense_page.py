@@ -204,9 +204,8 @@ def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:
 
 def _limit(minutes: float) -> str:
     """How a CPU run's wall time stands against :data:`LIMIT_MINUTES`."""
-    if minutes <= LIMIT_MINUTES:
-        return f", within the {LIMIT_MINUTES} min the benchmark is meant to take on 2 CPU cores"
-    return f", {minutes / LIMIT_MINUTES:.1f}x the {LIMIT_MINUTES} min the benchmark is meant to take on 2 CPU cores"
+    stands = "within" if minutes <= LIMIT_MINUTES else f"{minutes / LIMIT_MINUTES:.1f}x"
+    return f", {stands} the {LIMIT_MINUTES} min the benchmark is meant to take on 2 CPU cores"
 
 
 def _where(report: dict[str, Any]) -> str:
