@@ -75,7 +75,7 @@ import numpy as np
 import segmentation_models_pytorch as smp
 import torch
 import torch.nn.functional as F
-from claims import MATCH, command, final_macs, source_hash, trim_to
+from claims import command, final_macs, source_hash, trim_to
 from dense_page import ARMS, FORMAT, PROTOCOLS, SHOWN, SHOWN_SCORE, TASKS, pack_array, unpack_array, write
 from torch import nn
 from torch.utils.data import DataLoader, Subset
@@ -90,10 +90,11 @@ from vitprune.dense import (DetectionMatches, SimpleFeaturePyramid, detection_ma
                             register_encoder, segmentation_scores)
 from vitprune.errors import VitpruneError
 from vitprune.measure import MacTarget, count_macs
+from vitprune.measure.target import reach
 from vitprune.measure.paired import judge, paired_metric_difference, paired_weighted_difference
 from vitprune.measure.speed import compare_speed
 from vitprune.methods.vbp import mlp_statistics, neuron_scores
-from vitprune.methods.width import prune_width_to_macs, taylor_gradients
+from vitprune.methods.width import NoHeadLeftError, WidthPlan, apply_width, prune_width, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
 from vitprune.runs.stages import weights_fingerprint
 from vitprune.surgery import merge_linear_mlps, prune_depth, set_input_size
@@ -281,21 +282,27 @@ class Setting:
         return model
 
     def _width(self) -> nn.Module:
-        """Width pruning plans at the classifier's own size; its target there is adjusted until the result, on
-        the dense input, lands just above the HetDPT backbone's MACs, and a neuron trim takes it the rest."""
-        target, own = self.target, final_macs(self.checkpoint)
+        """Taylor width pruning at the largest ratio whose backbone, counted on the dense input, still costs more than
+        the HetDPT backbone, then a neuron trim to it. The ratio is bisected on that count, not on the classifier's
+        own (as the library's ``prune_width_to_macs`` does): the two do not scale alike, the attention matmuls growing
+        with the square of the token count, and whole heads jump by more than a search between them can correct."""
         gradients = taylor_gradients(self.checkpoint, self.calibration[:4])
-        share = target / self.dense_macs(self.checkpoint)
-        for _ in range(8):
-            model = copy.deepcopy(self.checkpoint)
-            prune_width_to_macs(model, MacTarget.absolute(own * share), importance="taylor", steps=8,
-                                gradients=gradients)
-            reached = self.dense_macs(model)
-            if target <= reached <= target * (1 + 3 * MATCH):
-                trim_to(model, target, macs=self.dense_macs)
-                return model
-            share *= target * (1 + 1.5 * MATCH) / reached
-        raise VitpruneError("width pruning did not land near the HetDPT backbone's MACs")
+        plans: dict[float, WidthPlan] = {0.0: WidthPlan()}
+
+        def cost(ratio: float) -> int | None:
+            trial = copy.deepcopy(self.checkpoint)
+            try:
+                plans[ratio] = prune_width(trial, ratio, importance="taylor", gradients=gradients)
+            except NoHeadLeftError:
+                return None
+            return self.dense_macs(trial)
+
+        ratio = reach(cost, MacTarget.absolute(self.target), self.checkpoint, 0.0, 0.95, what="width pruning",
+                      dense=self.dense_macs(self.checkpoint), steps=8, above=True)
+        model = copy.deepcopy(self.checkpoint)
+        apply_width(model, plans[ratio])
+        trim_to(model, self.target, macs=self.dense_macs)
+        return model
 
     def _recover(self, model: nn.Module) -> None:
         order = torch.randperm(len(self.train), generator=torch.Generator().manual_seed(self.seed))
@@ -474,18 +481,31 @@ def whole_macs(task: str, model: nn.Module, backbone_macs: int, b: Budget) -> in
 # ------------------------------------------------------------------------------------------------- the run
 
 
-def measuring_code() -> str:
-    """Hash of the code a measurement runs (this file's measuring functions, the claims functions they call,
-    vitprune's packages and the dense task's dataset) and of the settings that live in constants, not in the budget.
+def measuring_code(arm: str) -> str:
+    """Hash of the code a measurement of ``arm`` runs: this file's measuring functions and the builders of ``arm``'s
+    backbone (so that a change to one arm's builder re-measures that arm alone), the claims functions they call,
+    vitprune's packages, the dense task's dataset, and the settings that live in constants, not in the budget.
     The page's code is left out: rendering again measures nothing."""
     settings = json.dumps({"detector": DETECTOR, "representation": REPRESENTATION, "scales": DETECTOR_SCALES,
                            "shown": [SHOWN, SHOWN_SCORE]}, sort_keys=True)
-    code = source_hash((Setting, build_model, pyramid_of, Tail, entering_tokens, head_forward, Canvases, train,
-                        score, whole_macs, _loader, _val, pack_array, trim_to, final_macs, "adapters", "surgery",
-                        "training", "measure", "data", "models", "methods", "dense", "recipe", "layers.py",
-                        "linear.py"))
+    pruned = (Setting._hetdpt_pruned.func, Setting._recover, trim_to, final_macs)
+    builders = {"dense": (), "hetdpt": (*pruned, Setting._hetdpt), "vbp": (*pruned, Setting.target.func, Setting._vbp),
+                "width": (*pruned, Setting.target.func, Setting._width)}
+    code = source_hash((Setting.__init__, Setting.dense_macs, Setting.backbone, *builders[arm], build_model, pyramid_of,
+                        Tail, entering_tokens, head_forward, Canvases, train, score, whole_macs, _loader, _val,
+                        pack_array, "adapters", "surgery", "training", "measure", "data", "models", "methods", "dense",
+                        "recipe", "layers.py", "linear.py"))
     dataset = hashlib.sha256(Path(sys.modules[ClutteredDenseDataset.__module__].__file__).read_bytes()).hexdigest()
     return hashlib.sha256((code + dataset + settings).encode()).hexdigest()
+
+
+def unit_key(code: str, budget: Budget, layers: dict[str, list[int]], checkpoint: nn.Module, device: str) -> str:
+    """A seed's measurements' key: the code (:func:`measuring_code`), the budget but its seeds, torch, HetDPT's
+    layers, the checkpoint's weights and the device."""
+    spent = json.dumps(asdict(replace(budget, seeds=[])), sort_keys=True)
+    return hashlib.sha256(json.dumps({"code": code, "budget": spent, "torch": torch.__version__, "layers": layers,
+                                      "weights": weights_fingerprint(checkpoint), "device": device}).encode()
+                          ).hexdigest()
 
 
 def hetdpt_layers(path: Path, seed: int) -> dict[str, list[int]]:
@@ -503,21 +523,19 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
     """Every measurement (or its stored value), then the report; ``checkpoints(seed=s)`` gives seed ``s``'s dense
     model; the heads train, and the models are scored and timed, on ``device``."""
     store = Store(out_dir / f"{stem}.store.json")
-    code = measuring_code()
-    spent = json.dumps(asdict(replace(budget, seeds=[])), sort_keys=True)
+    code = {arm: measuring_code(arm) for arm in ARMS}
     start = time.perf_counter()
     rows: dict[int, dict[str, Any]] = {}
     settings: dict[int, Setting] = {}
     for seed in budget.seeds:
         layers = hetdpt_layers(claims_store, seed)
         setting = settings[seed] = Setting(seed, budget, layers, checkpoints(seed=seed))
-        key = hashlib.sha256(json.dumps({"code": code, "budget": spent, "torch": torch.__version__, "layers": layers,
-                                         "weights": weights_fingerprint(setting.checkpoint),
-                                         "device": device}).encode()).hexdigest()
         canvases: list[Canvases] = []
         rows[seed] = {protocol: {} for protocol in PROTOCOLS}
         rows[seed]["backbones"] = {}
         for arm in ARMS:
+            key = unit_key(code[arm], budget, layers, setting.checkpoint, device)
+
             def shape(arm: str = arm) -> dict[str, Any]:
                 backbone = setting.backbone(arm)
                 return {"macs": count_macs(backbone).macs, "params": sum(p.numel() for p in backbone.parameters()),
@@ -558,7 +576,7 @@ def run(budget: Budget, out_dir: Path, stem: str, claims_store: Path,
                                        pairs=budget.speed_pairs, device=device)
                 out[part] = {"batch": batch, **result.to_dict()}
             return out
-        speed[arm] = store.unit(f"{arm}/speed", code + torch.__version__ + str(budget.speed_pairs) + device, timed)
+        speed[arm] = store.unit(f"{arm}/speed", code[arm] + torch.__version__ + str(budget.speed_pairs) + device, timed)
     store.close()
     this_call = time.perf_counter() - start
     stats = statistics_of(rows, budget)

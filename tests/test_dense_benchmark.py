@@ -103,7 +103,7 @@ def test_the_run_brings_every_arm_to_the_hetdpt_backbones_macs_and_resumes(dense
         target = rows["backbones"]["hetdpt"]["macs"]
         assert target < rows["backbones"]["dense"]["macs"]
         for arm in ("vbp", "width"):
-            assert target * (1 - dense.MATCH) <= rows["backbones"][arm]["macs"] <= target
+            assert target * (1 - benchmark_module("claims").MATCH) <= rows["backbones"][arm]["macs"] <= target
         for protocol in dense.PROTOCOLS:
             for arm in dense.ARMS:
                 scores = rows[protocol][arm]
@@ -139,6 +139,20 @@ def test_the_run_brings_every_arm_to_the_hetdpt_backbones_macs_and_resumes(dense
     assert (tmp_path / "tiny_masks.png").stat().st_size > 0 and (tmp_path / "tiny_boxes.png").stat().st_size > 0
     (summary,) = page.summary(read_json(tmp_path / "tiny.json"))
     assert summary.startswith("**Pruned backbones under dense heads:** [dense.md](dense.md)") and "HetDPT" in summary
+
+
+def test_the_width_arm_lands_on_the_hetdpt_backbones_macs_at_the_embedded_checkpoints_shape(dense):
+    """The embedded checkpoint's shape on the dense input, 80 px against its own 40, where the attention matmuls weigh
+    more: a search that planned on the classifier's count did not converge there, for the trained seed-0 checkpoint
+    and for these untrained weights (seeds 3 and 4 of 0-5)."""
+    import vitprune
+
+    torch.manual_seed(3)
+    setting = dense.Setting(0, dense.Budget(calibration_images=64), {"attention": [7], "activation": [1, 2, 3, 5]},
+                            vitprune.create_model("cluttered-mnist-vit").eval())
+    model = setting._width()
+    assert setting.target * (1 - benchmark_module("claims").MATCH) <= setting.dense_macs(model) <= setting.target
+    assert setting.dense_macs(model) < setting.dense_macs(setting.checkpoint)
 
 
 def test_without_the_claims_runs_layers_the_run_says_what_to_run_first(dense, tmp_path):
