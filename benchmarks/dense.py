@@ -45,9 +45,10 @@ from pycocotools' per-image matches (:class:`~vitprune.dense.DetectionMatches`: 
 beside the seed-level t-test. Equivalence is two one-sided tests at ±:data:`MARGIN` points, a margin fixed before the
 run (the claims page's), Holm-corrected over a backbone's two scores; relative gaps are in % of dense.
 
-Each measurement is stored (``<out-dir>/dense.store.json``) under a key: the hash of this file, of the claims
-functions it uses and of vitprune's packages (the dense task's dataset included), the checkpoint's weights, HetDPT's
-layers, torch's version and the budget, so an interrupted run continues and a changed one re-measures.
+Each measurement is stored (``<out-dir>/dense.store.json``) under a key: the hash of the code its arm runs (this
+file's measuring functions and that arm's backbone builders, the claims functions they use, vitprune's packages, the
+dense task's dataset), the checkpoint's weights, HetDPT's layers, torch's version and the budget, so an interrupted
+run continues and a change re-measures the arms it touches.
 
 The full run takes about 5 hours on 2 CPU cores: :class:`Budget` says why no fewer steps will do.
 
