@@ -91,9 +91,9 @@ from vitprune.dense import (DetectionMatches, SimpleFeaturePyramid, detection_ma
                             register_encoder, segmentation_scores)
 from vitprune.errors import VitpruneError
 from vitprune.measure import MacTarget, count_macs
-from vitprune.measure.target import reach
 from vitprune.measure.paired import judge, paired_metric_difference, paired_weighted_difference
 from vitprune.measure.speed import compare_speed
+from vitprune.measure.target import reach
 from vitprune.methods.vbp import mlp_statistics, neuron_scores
 from vitprune.methods.width import NoHeadLeftError, WidthPlan, apply_width, prune_width, taylor_gradients
 from vitprune.models.zoo import trained_cluttered_mnist_vit
@@ -501,8 +501,8 @@ def measuring_code(arm: str) -> str:
 
 
 def unit_key(code: str, budget: Budget, layers: dict[str, list[int]], checkpoint: nn.Module, device: str) -> str:
-    """A seed's measurements' key: the code (:func:`measuring_code`), the budget but its seeds, torch, HetDPT's
-    layers, the checkpoint's weights and the device."""
+    """The key of one arm's measurements on one seed: the arm's code (:func:`measuring_code`), the budget but its
+    seeds, torch, HetDPT's layers, the checkpoint's weights and the device."""
     spent = json.dumps(asdict(replace(budget, seeds=[])), sort_keys=True)
     return hashlib.sha256(json.dumps({"code": code, "budget": spent, "torch": torch.__version__, "layers": layers,
                                       "weights": weights_fingerprint(checkpoint), "device": device}).encode()

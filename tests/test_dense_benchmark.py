@@ -152,7 +152,6 @@ def test_the_width_arm_lands_on_the_hetdpt_backbones_macs_at_the_embedded_checkp
                             vitprune.create_model("cluttered-mnist-vit").eval())
     model = setting._width()
     assert setting.target * (1 - benchmark_module("claims").MATCH) <= setting.dense_macs(model) <= setting.target
-    assert setting.dense_macs(model) < setting.dense_macs(setting.checkpoint)
 
 
 def test_without_the_claims_runs_layers_the_run_says_what_to_run_first(dense, tmp_path):
