@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -159,3 +160,42 @@ def test_without_the_claims_runs_layers_the_run_says_what_to_run_first(dense, tm
 
     with pytest.raises(VitpruneError, match="run python benchmarks/claims.py --seeds 3 first"):
         dense.hetdpt_layers(tmp_path / "claims.store.json", 3)
+
+
+def test_the_page_names_the_differences_the_recovery_may_explain():
+    """Only the pruned backbones are recovered: the page says so, and names the differences above dense that the
+    recovery, not the pruning, may explain, the ones shown above zero marked."""
+    page = benchmark_module("dense_page")
+
+    def scores(miou: tuple[float, float], box: tuple[float, float]) -> dict[str, dict[str, float]]:
+        return {"miou": dict(zip(("effect", "low"), miou)), "map": dict(zip(("effect", "low"), box))}
+
+    stats = {"joint": {"hetdpt": scores((1.2, 0.3), (-0.5, -1.0)), "vbp": scores((-2.0, -3.0), (-1.0, -2.0))},
+             "frozen": {"hetdpt": scores((0.4, -0.2), (-0.1, -0.5)), "vbp": scores((-2.0, -3.0), (0.6, -0.1))}}
+    text = page._recovery(stats, {"tune_epochs": 1, "tune_images": 2000})
+    assert "fine-tuned before its heads trained (1 epoch on 2,000 classification images" in text
+    assert text.endswith("that training may be the reason, not the pruning: HetDPT (depth) by mIoU joint (+1.20, its "
+                         "interval above zero); HetDPT (depth) by mIoU frozen (+0.40); VBP (FFN neurons) by box mAP "
+                         "frozen (+0.60).")
+    below = {p: {arm: scores((-1.0, -2.0), (-1.0, -2.0)) for arm in arms} for p, arms in stats.items()}
+    assert page._recovery(below, {"tune_epochs": 4, "tune_images": 500}).endswith(
+        "No pruned backbone scores above dense.")
+    assert "(4 epochs on 500 classification images" in page._recovery(below, {"tune_epochs": 4, "tune_images": 500})
+
+
+def test_the_page_says_which_differences_beyond_the_margin_the_checkpoints_do_not_confirm():
+    page = benchmark_module("dense_page")
+
+    def d(low: float, high: float, verdict: str = "inconclusive") -> dict[str, Any]:
+        return {"effect": (low + high) / 2, "low": low, "high": high, "seed_low": low - 2, "seed_high": high + 2,
+                "margin": 1.0, "seeds": 3, "verdict": verdict}
+
+    stats = {"joint": {"vbp": {"miou": d(-4.0, -2.0), "map": d(-0.5, 0.5)}},
+             "frozen": {"vbp": {"miou": d(1.5, 2.5, "does not hold"), "map": d(1.25, 2.25)}}}
+    assert page._undecided(stats) == (
+        "Beyond the margin over seeds and images, yet inconclusive, because a t-test over 3 checkpoints does not "
+        "show it: VBP (FFN neurons), joint mIoU: -3.00 [-4.00, -2.00], and [-6.00, +0.00] over the checkpoints "
+        "alone; VBP (FFN neurons), frozen box mAP: +1.75 [+1.25, +2.25], and [-0.75, +4.25] over the checkpoints "
+        "alone.")
+    stats["joint"]["vbp"]["miou"]["verdict"] = stats["frozen"]["vbp"]["map"]["verdict"] = "does not hold"
+    assert page._undecided(stats) == ""
