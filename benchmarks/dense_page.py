@@ -113,8 +113,8 @@ def _undecided(stats: dict[str, Any]) -> str:
     if not found:
         return ""
     seeds = next(iter(next(iter(stats.values())).values()))["miou"]["seeds"]
-    return (f"Beyond the margin over seeds and images, yet inconclusive, because a t-test over {seeds} checkpoints "
-            f"does not show it: " + "; ".join(found) + ".")
+    return (f"Beyond the margin over seeds and images, yet inconclusive: the t-test over the {seeds} checkpoints, "
+            "Holm-corrected, does not show it: " + "; ".join(found) + ".")
 
 
 def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:

@@ -193,8 +193,8 @@ def test_the_page_says_which_differences_beyond_the_margin_the_checkpoints_do_no
     stats = {"joint": {"vbp": {"miou": d(-4.0, -2.0), "map": d(-0.5, 0.5)}},
              "frozen": {"vbp": {"miou": d(1.5, 2.5, "does not hold"), "map": d(1.25, 2.25)}}}
     assert page._undecided(stats) == (
-        "Beyond the margin over seeds and images, yet inconclusive, because a t-test over 3 checkpoints does not "
-        "show it: VBP (FFN neurons), joint mIoU: -3.00 [-4.00, -2.00], and [-6.00, +0.00] over the checkpoints "
+        "Beyond the margin over seeds and images, yet inconclusive: the t-test over the 3 checkpoints, "
+        "Holm-corrected, does not show it: VBP (FFN neurons), joint mIoU: -3.00 [-4.00, -2.00], and [-6.00, +0.00] over the checkpoints "
         "alone; VBP (FFN neurons), frozen box mAP: +1.75 [+1.25, +2.25], and [-0.75, +4.25] over the checkpoints "
         "alone.")
     stats["joint"]["vbp"]["miou"]["verdict"] = stats["frozen"]["vbp"]["map"]["verdict"] = "does not hold"
