@@ -50,7 +50,8 @@ file's measuring functions and that arm's backbone builders, the claims function
 dense task's dataset), the checkpoint's weights, HetDPT's layers, torch's version and the budget, so an interrupted
 run continues and a change re-measures the arms it touches.
 
-The full run takes about 5 hours on 2 CPU cores: :class:`Budget` says why no fewer steps will do.
+The full run takes about 4.5 hours on 2 CPU cores (264 min of measurements, plus 13 min for each checkpoint not yet
+cached): :class:`Budget` says why no fewer steps will do.
 
     python benchmarks/dense.py              # the full run: seeds 0 1 2
     python benchmarks/dense.py --quick      # one seed, small budgets
