@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import statistics
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +84,20 @@ def _agreement(rows: dict[Any, dict[str, Any]]) -> str:
     return "The two protocols: " + "; ".join(parts) + "."
 
 
-def _recovery(stats: dict[str, Any], b: dict[str, Any]) -> str:
-    """What the pruned backbones' recovery, which the dense one does not get, means for their differences, with
-    the differences it may explain: those above dense."""
-    above = []
+def _differences(stats: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """Every pruned backbone's difference from dense, as ``(protocol, arm, metric, difference)``, in page order."""
     for protocol in PROTOCOLS:
         for arm, scores in stats[protocol].items():
             for metric, d in scores.items():
-                if d["effect"] > 0:
-                    shown = ", its interval above zero" if d["low"] > 0 else ""
-                    above.append(f"{ARMS[arm]} by {_METRICS[metric][0]} {protocol} ({d['effect']:+.2f}{shown})")
+                yield protocol, arm, metric, d
+
+
+def _recovery(stats: dict[str, Any], b: dict[str, Any]) -> str:
+    """What the pruned backbones' recovery, which the dense one does not get, means for their differences, with
+    the differences it may explain: those above dense."""
+    above = [f"{ARMS[arm]} by {_METRICS[metric][0]} {protocol} ({d['effect']:+.2f}"
+             f"{', its interval above zero' if d['low'] > 0 else ''})"
+             for protocol, arm, metric, d in _differences(stats) if d["effect"] > 0]
     where = ("Where a pruned backbone scores above dense, that training may be the reason, not the pruning: "
              + "; ".join(above) + "." if above else "No pruned backbone scores above dense.")
     return (f"**The recovery.** Every pruned backbone was fine-tuned before its heads trained ({b['tune_epochs']} "
@@ -106,15 +111,14 @@ def _recovery(stats: dict[str, Any], b: dict[str, Any]) -> str:
 def _undecided(stats: dict[str, Any]) -> str:
     """The differences whose interval over seeds and images lies beyond the margin but whose verdict is not, with
     the seeds' own interval, which a verdict must also pass."""
-    found = [f"{ARMS[arm]}, {protocol} {_METRICS[metric][0]}: {_gap(d)}, and [{d['seed_low']:+.2f}, "
-             f"{d['seed_high']:+.2f}] over the checkpoints alone"
-             for protocol in PROTOCOLS for arm, scores in stats[protocol].items() for metric, d in scores.items()
+    found = [(f"{ARMS[arm]}, {protocol} {_METRICS[metric][0]}: {_gap(d)}, and [{d['seed_low']:+.2f}, "
+              f"{d['seed_high']:+.2f}] over the checkpoints alone", d["seeds"])
+             for protocol, arm, metric, d in _differences(stats)
              if d["verdict"] == "inconclusive" and (d["low"] > d["margin"] or d["high"] < -d["margin"])]
     if not found:
         return ""
-    seeds = next(iter(next(iter(stats.values())).values()))["miou"]["seeds"]
-    return (f"Beyond the margin over seeds and images, yet inconclusive: the t-test over the {seeds} checkpoints, "
-            "Holm-corrected, does not show it: " + "; ".join(found) + ".")
+    return (f"Beyond the margin over seeds and images, yet inconclusive: the t-test over the {found[0][1]} "
+            "checkpoints, Holm-corrected, does not show it: " + "; ".join(text for text, _ in found) + ".")
 
 
 def to_markdown(report: dict[str, Any], command: str, stem: str) -> str:

@@ -194,8 +194,8 @@ def test_the_page_says_which_differences_beyond_the_margin_the_checkpoints_do_no
              "frozen": {"vbp": {"miou": d(1.5, 2.5, "does not hold"), "map": d(1.25, 2.25)}}}
     assert page._undecided(stats) == (
         "Beyond the margin over seeds and images, yet inconclusive: the t-test over the 3 checkpoints, "
-        "Holm-corrected, does not show it: VBP (FFN neurons), joint mIoU: -3.00 [-4.00, -2.00], and [-6.00, +0.00] over the checkpoints "
-        "alone; VBP (FFN neurons), frozen box mAP: +1.75 [+1.25, +2.25], and [-0.75, +4.25] over the checkpoints "
-        "alone.")
+        "Holm-corrected, does not show it: VBP (FFN neurons), joint mIoU: -3.00 [-4.00, -2.00], and [-6.00, +0.00] "
+        "over the checkpoints alone; VBP (FFN neurons), frozen box mAP: +1.75 [+1.25, +2.25], and [-0.75, +4.25] "
+        "over the checkpoints alone.")
     stats["joint"]["vbp"]["miou"]["verdict"] = stats["frozen"]["vbp"]["map"]["verdict"] = "does not hold"
     assert page._undecided(stats) == ""
